@@ -1,0 +1,160 @@
+"""Array backends: numpy on the CPU, CuPy on NVIDIA GPUs, chosen by the arrays themselves."""
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+try:  # CuPy is the optional `gpu` extra.
+    import cupy as _cupy
+except Exception:  # pragma: no cover - depends on the machine
+    _cupy = None
+
+_DEFAULT_DTYPE = np.dtype(np.float32)
+
+
+class DeviceError(RuntimeError):
+    """An operation needs a device that is missing, or mixes arrays from two devices."""
+
+
+def default_dtype() -> np.dtype:
+    """The floating dtype used for new parameters and data (float32 unless changed).
+
+    >>> import minflux as mf
+    >>> mf.default_dtype()
+    dtype('float32')
+    """
+    return _DEFAULT_DTYPE
+
+
+def set_default_dtype(dtype) -> None:
+    """Set the floating dtype used for new parameters and data.
+
+    >>> import minflux as mf, numpy as np
+    >>> mf.set_default_dtype(np.float64); mf.default_dtype()
+    dtype('float64')
+    >>> mf.set_default_dtype(np.float32)
+    """
+    global _DEFAULT_DTYPE
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f":
+        raise TypeError(f"the default dtype must be a floating type such as float32, got {dtype}")
+    _DEFAULT_DTYPE = dtype
+
+
+def is_cupy_array(x: Any) -> bool:
+    return _cupy is not None and isinstance(x, _cupy.ndarray)
+
+
+def is_array(x: Any) -> bool:
+    """True for a numpy or CuPy array (the leaves of parameter trees).
+
+    >>> import minflux as mf, numpy as np
+    >>> mf.is_array(np.zeros(2)), mf.is_array([0.0])
+    (True, False)
+    """
+    return isinstance(x, np.ndarray) or is_cupy_array(x)
+
+
+def gpu_available() -> bool:
+    """True when CuPy is installed and sees at least one CUDA device.
+
+    >>> import minflux as mf
+    >>> isinstance(mf.gpu_available(), bool)
+    True
+    """
+    if _cupy is None:
+        return False
+    try:
+        return _cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def get_array_module(*xs: Any, op: str = "this operation"):
+    """Return ``numpy`` or ``cupy``: the module that owns the given arrays (Tensors count by value).
+
+    Mixing numpy and CuPy arrays is an error that names the operation and the fix.
+
+    >>> import minflux as mf, numpy as np
+    >>> mf.get_array_module(np.ones(2), 3.0).__name__
+    'numpy'
+    """
+    if _cupy is None:
+        return np
+    found_numpy = found_cupy = None
+    for x in xs:
+        x = getattr(x, "value", x)
+        if isinstance(x, np.ndarray):
+            found_numpy = x
+        elif isinstance(x, _cupy.ndarray):
+            found_cupy = x
+    if found_cupy is None:
+        return np
+    if found_numpy is not None:
+        raise DeviceError(
+            f"{op} got a numpy.ndarray and a cupy.ndarray; all arrays of one call must live on one "
+            "device. Move the model and data together with `model = mf.to_device(model, \"gpu\")` "
+            "and `batch = mf.to_device(batch, \"gpu\")` (or \"cpu\" for both)."
+        )
+    return _cupy
+
+
+def resolve_device(device: str) -> str:
+    """Turn ``"cpu" | "gpu" | "auto"`` into ``"cpu"`` or ``"gpu"``; ``"gpu"`` without a GPU is an error.
+
+    >>> import minflux as mf
+    >>> mf.resolve_device("cpu")
+    'cpu'
+    """
+    if device not in ("cpu", "gpu", "auto"):
+        raise ValueError(f'device must be "cpu", "gpu" or "auto", got {device!r}')
+    if device == "cpu":
+        return "cpu"
+    if gpu_available():
+        return "gpu"
+    why = "CuPy is not installed (pip install 'minflux[gpu]')" if _cupy is None else "CuPy sees no CUDA device"
+    if device == "gpu":
+        raise DeviceError(f'device "gpu" was requested but {why}; use device "cpu" or "auto"')
+    warnings.warn(f'device "auto" falls back to the CPU: {why}', RuntimeWarning, stacklevel=3)
+    return "cpu"
+
+
+def move_array(x, device: str):
+    """Move one array to ``"cpu"`` or ``"gpu"`` (no copy when it is already there)."""
+    if device == "cpu":
+        return _cupy.asnumpy(x) if is_cupy_array(x) else x
+    return x if is_cupy_array(x) else _cupy.asarray(x)
+
+
+def to_device(tree: Any, device: str = "auto"):
+    """Move every array in ``tree`` (an array, model, optimiser state or batch) to a device.
+
+    ``device`` is ``"cpu"``, ``"gpu"`` or ``"auto"`` (GPU when available, else CPU with one warning).
+    Returns the moved tree; objects are shallow-copied, tied arrays stay tied.
+
+    >>> import minflux as mf, numpy as np
+    >>> mf.to_device({"W": np.ones(2)}, "cpu")["W"]
+    array([1., 1.])
+    """
+    from .tree import map_arrays
+
+    resolved = resolve_device(device)
+    return map_arrays(lambda a: move_array(a, resolved), tree, trainable_only=False)
+
+
+def to_numpy(x):
+    """A numpy array holding ``x`` (an array, a Tensor, a CuPy array or a number).
+
+    >>> import minflux as mf, numpy as np
+    >>> mf.to_numpy(3.0)
+    array(3.)
+    """
+    x = getattr(x, "value", x)
+    if is_cupy_array(x):
+        return _cupy.asnumpy(x)
+    return np.asarray(x)

@@ -27,3 +27,7 @@ __all__ = [
     "sign", "sin", "softplus", "sqrt", "stop_gradient", "subtract", "sum", "sum_to", "tanh",
     "to_device", "to_numpy", "transpose", "tree", "where", "withgradient",
 ]
+
+from .broadcast.api import broadcast, elementwise  # noqa: E402
+
+__all__ += ["broadcast", "elementwise"]

@@ -1,0 +1,251 @@
+"""Experiment configuration: TOML files in ``configs/`` loaded into dataclasses, checked key by key.
+
+An unknown key, a value of the wrong type or outside its choices, or a missing file is a `ConfigError`
+that names the key, the file and the allowed keys. Command-line overrides (``--set optim.lr=0.001``)
+go through the same checks. `dump_toml` writes a resolved config back as TOML that `load_config` reads.
+
+>>> cfg = load_config(None, ["optim.lr=0.001", "model.hidden_sizes=[64, 64]"])
+>>> cfg.optim.lr, cfg.model.hidden_sizes, cfg.data.corpus
+(0.001, [64, 64], 'default')
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+class ConfigError(ValueError):
+    """A config file or override is wrong; the message names the key, the file and the fix."""
+
+
+def choice(default, *choices):
+    return field(default=default, metadata={"choices": choices})
+
+
+@dataclass
+class DataConfig:
+    """``[data]``: which corpus and where its files are."""
+
+    corpus: str = choice("default", "default", "ptb", "text8", "enwik8", "text")
+    path: str = ""              # file or folder; "" means the corpus's usual place (e.g. data/ptb)
+    encoding: str = choice("chars", "chars", "bytes")  # for corpus = "text"
+    split: list[float] = field(default_factory=lambda: [0.9, 0.05, 0.05])  # default / text corpora
+    cache_dir: str = ".minflux_cache"  # "" disables the token cache
+
+
+@dataclass
+class ModelConfig:
+    """``[model]``: the network."""
+
+    kind: str = choice("hmlstm", "hmlstm", "lstm")
+    embed_size: int = 128
+    hidden_sizes: list[int] = field(default_factory=lambda: [512, 512, 512])
+    output_embed_size: int = 512
+    layer_norm: bool = False
+    cell_form: str = choice("branch", "branch", "blend")   # HM-LSTM cell update as branches or a blend
+    mode: str = choice("mixed", "mixed", "reverse")        # how elementwise kernels are differentiated
+    dtype: str = choice("float32", "float32", "float64")
+
+
+@dataclass
+class OptimConfig:
+    """``[optim]``: Adam with global gradient-norm clipping and learning-rate decay on a plateau."""
+
+    lr: float = 0.002
+    clip_norm: float = 1.0          # 0 disables clipping
+    plateau_factor: float = 50.0    # divide the learning rate by this when validation stops improving
+    plateau_patience: int = 2       # evaluations without improvement before a decay
+    min_lr: float = 1e-6
+
+
+@dataclass
+class TrainConfig:
+    """``[train]``: batching, length of the run, evaluation and checkpoint intervals, device."""
+
+    batch_size: int = 64
+    seq_len: int = 100              # truncated-BPTT window (segment length)
+    epochs: int = 10
+    max_steps: int = 0              # 0: no limit other than epochs
+    max_minutes: float = 0.0        # 0: no time limit; otherwise stop (with a checkpoint) after this
+    eval_every: int = 0             # steps between validations; 0: once per epoch
+    eval_chars: int = 0             # validate on the first N characters only (0: the whole split)
+    eval_batch_size: int = 0        # streams for evaluation (0: the training batch size)
+    checkpoint_every: int = 200     # steps between "latest" checkpoints (and at every validation)
+    log_every: int = 10             # steps between lines in metrics.jsonl
+    slope_annealing: bool = True    # HM-LSTM boundary slope a = min(5, 1 + 0.04 * epoch)
+    seed: int = 0
+    device: str = choice("auto", "cpu", "gpu", "auto")
+
+
+@dataclass
+class SampleConfig:
+    """``[sample]``: the text printed at the end of a run."""
+
+    length: int = 300
+    temperature: float = 1.0
+    prime: str = ""
+
+
+@dataclass
+class Config:
+    """A whole experiment."""
+
+    name: str = "experiment"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    sample: SampleConfig = field(default_factory=SampleConfig)
+
+
+SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if dataclasses.is_dataclass(f.type)}
+
+
+def _type_name(tp) -> str:
+    if typing.get_origin(tp) is list:
+        inner = typing.get_args(tp)[0]
+        return f"a list of {({int: 'integers', float: 'numbers', str: 'strings'}).get(inner, inner)}"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(tp, str(tp))
+
+
+def _check_value(value, tp, where: str):
+    """``value`` converted to ``tp`` (ints widen to floats), or a ConfigError."""
+    if typing.get_origin(tp) is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where} must be {_type_name(tp)}, got {type(value).__name__} {value!r}")
+        (inner,) = typing.get_args(tp)
+        return [_check_value(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
+    ok = (isinstance(value, tp) and not (tp is int and isinstance(value, bool))) or (
+        tp is float and isinstance(value, int) and not isinstance(value, bool))
+    if not ok:
+        raise ConfigError(f"{where} must be {_type_name(tp)}, got {type(value).__name__} {value!r}")
+    if tp is float:
+        value = float(value)
+        if not math.isfinite(value):
+            raise ConfigError(f"{where} must be a finite number, got {value!r}")
+    return value
+
+
+def _fill(cls, table: dict, source: str, section: str = ""):
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    prefix = f"{section}." if section else ""
+    kwargs = {}
+    for key, value in table.items():
+        if key not in fields:
+            allowed = ", ".join(fields)
+            where = f"[{section}]" if section else "the top level"
+            raise ConfigError(f"{source}: unknown key '{prefix}{key}'; allowed keys in {where}: {allowed}")
+        tp = hints[key]
+        where = f"{source}: {prefix}{key}"
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where} must be a table ([{key}]), got {type(value).__name__}")
+            kwargs[key] = _fill(tp, value, source, key)
+            continue
+        value = _check_value(value, tp, where)
+        choices = fields[key].metadata.get("choices")
+        if choices and value not in choices:
+            raise ConfigError(f"{where} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def _parse_override(text: str) -> tuple[list[str], object]:
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {text!r}: write KEY=VALUE, e.g. --set optim.lr=0.001")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()  # a bare word such as ptb is a string
+    return key.split("."), value
+
+
+def resolve_path(path: str | Path) -> Path:
+    """``path`` as given, else inside ``configs/`` (so ``--config hmlstm_ptb`` works).
+
+    >>> resolve_path("default").name
+    'default.toml'
+    """
+    path = Path(path).expanduser()
+    candidates = [path, CONFIG_DIR / path, CONFIG_DIR / f"{path}.toml"]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    shipped = ", ".join(sorted(p.name for p in CONFIG_DIR.glob("*.toml")))
+    looked = ", ".join(str(c.absolute()) for c in candidates[:2])
+    raise ConfigError(f"config file not found: {path} (looked at {looked}); shipped configs: {shipped}")
+
+
+def load_config(path: str | Path | None = "default", overrides: list[str] = ()) -> Config:
+    """Read TOML ``path`` (None: built-in defaults) and apply ``KEY=VALUE`` overrides.
+
+    >>> load_config(None, ["data.corpus=ptb"]).data.corpus
+    'ptb'
+    """
+    table: dict = {}
+    source = "<defaults>"
+    if path is not None:
+        file = resolve_path(path)
+        source = str(file)
+        try:
+            table = tomllib.loads(file.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{source} is not valid TOML: {exc}") from exc
+    cfg = _fill(Config, table, source)
+    for text in overrides:
+        keys, value = _parse_override(text)
+        patch = value
+        for key in reversed(keys):
+            patch = {key: patch}
+        merged = _merge(to_dict(cfg), patch)
+        cfg = _fill(Config, merged, f"--set {text}")
+    return cfg
+
+
+def _merge(base: dict, patch: dict) -> dict:
+    out = dict(base)
+    for k, v in patch.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def to_dict(cfg) -> dict:
+    """The config as nested plain dicts (JSON- and TOML-ready)."""
+    return dataclasses.asdict(cfg)
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def dump_toml(cfg: Config) -> str:
+    """TOML text for ``cfg`` that `load_config` reads back into an equal config.
+
+    >>> import tomllib
+    >>> tomllib.loads(dump_toml(Config()))["optim"]["lr"]
+    0.002
+    """
+    data = to_dict(cfg)
+    lines = [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    for section, table in data.items():
+        if isinstance(table, dict):
+            lines += ["", f"[{section}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"

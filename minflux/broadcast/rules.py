@@ -112,9 +112,9 @@ define("maximum", lambda xp, a, b: xp.maximum(a, b),
 define("minimum", lambda xp, a, b: xp.minimum(a, b),
        lambda m, a, b, y: _step(m, a <= b), lambda m, a, b, y: _step(m, a > b))
 define("clip", _clip,
-       lambda m, x, lo, hi: _step(m, x >= lo) * _step(m, x <= hi),
-       lambda m, x, lo, hi: _step(m, x < lo),
-       lambda m, x, lo, hi: _step(m, x > hi) * _step(m, x >= lo))
+       lambda m, x, lo, hi, y: _step(m, x >= lo) * _step(m, x <= hi),
+       lambda m, x, lo, hi, y: _step(m, x < lo),
+       lambda m, x, lo, hi, y: _step(m, x > hi) * _step(m, x >= lo))
 # transcendental
 define("exp", lambda xp, x: xp.exp(x), lambda m, x, y: y)
 define("log", lambda xp, x: xp.log(x), lambda m, x, y: 1 / x)

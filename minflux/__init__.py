@@ -14,7 +14,9 @@ from .elementwise import (abs, add, clip, cos, divide, equal, exp, expm1, floor,
                           greater_equal, less, less_equal, log, log1p, logical_and, logical_not,
                           logical_or, maximum, minimum, mod, multiply, negative, not_equal, power,
                           relu, sigmoid, sign, sin, softplus, sqrt, subtract, tanh, where)
-from .ops import getitem, matmul, mean, reshape, sum, transpose
+from .ops import (broadcast_to, concatenate, cross_entropy, expand_dims, getitem, log_softmax, logsumexp,
+                  matmul, max, mean, min, reshape, softmax, split, squeeze, stack, sum, swapaxes, take,
+                  transpose, unstack)
 
 __version__ = "0.1.0"
 
@@ -27,6 +29,8 @@ __all__ = [
     "sign", "sin", "softplus", "sqrt", "stop_gradient", "subtract", "sum", "sum_to", "tanh",
     "to_device", "to_numpy", "transpose", "tree", "where", "withgradient",
 ]
+__all__ += ["broadcast_to", "concatenate", "cross_entropy", "expand_dims", "log_softmax", "logsumexp",
+            "max", "min", "softmax", "split", "squeeze", "stack", "swapaxes", "take", "unstack"]
 
 from .broadcast.api import broadcast, elementwise  # noqa: E402
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .backend import get_array_module, is_array
+from .backend import get_array_module, is_array, scatter_add
 from .tensor import Tensor
 from .tree import map_arrays
 
@@ -90,7 +90,12 @@ def stop_gradient(x):
 
 
 def tracked_mask(args: Sequence[Any], tape: Tape | None = None) -> tuple[bool, ...]:
-    """For each argument, whether it is a Tensor tracked on the active tape."""
+    """For each argument, whether it is a Tensor tracked on the active tape.
+
+    >>> import numpy as np
+    >>> tracked_mask([np.ones(1), 2.0])
+    (False, False)
+    """
     tape = active_tape() if tape is None else tape
     if tape is None:
         return (False,) * len(args)
@@ -98,58 +103,162 @@ def tracked_mask(args: Sequence[Any], tape: Tape | None = None) -> tuple[bool, .
 
 
 def _untracked(value, args):
-    if any(isinstance(a, Tensor) for a in args):
-        return tuple(Tensor(v) for v in value) if isinstance(value, (list, tuple)) else Tensor(value)
+    for a in args:
+        if isinstance(a, Tensor):
+            return tuple(Tensor(v) for v in value) if isinstance(value, (list, tuple)) else Tensor(value)
     return value
+
+
+class IndexedGrad:
+    """A gradient that is zero except at ``index``, where it holds ``values``.
+
+    VJPs of indexing ops return one instead of a mostly-zero array, so that many slices of one array
+    (``x[t]`` in a time loop, embedding lookups per step) accumulate into a single buffer on the tape
+    rather than allocating a full-size zero array each. ``unique`` says that ``index`` selects no
+    element twice (basic slices, boolean masks), so assignment suffices; otherwise values scatter-add.
+
+    >>> import numpy as np
+    >>> IndexedGrad((3,), np.dtype("float64"), np.array([0, 0, 2]), np.ones(3), unique=False).dense()
+    array([2., 0., 1.])
+    """
+
+    __slots__ = ("shape", "dtype", "index", "values", "unique")
+
+    def __init__(self, shape: tuple, dtype, index, values, unique: bool):
+        self.shape, self.dtype, self.index, self.values, self.unique = shape, dtype, index, values, unique
+
+    def add_into(self, buffer) -> None:
+        """Add this gradient into ``buffer`` (an array of ``shape``) in place."""
+        if self.unique:
+            buffer[self.index] += self.values
+        else:
+            scatter_add(buffer, self.index, self.values)
+
+    def dense(self):
+        """This gradient as a full array."""
+        xp = get_array_module(self.values)
+        buffer = xp.zeros(self.shape, dtype=self.dtype)
+        self.add_into(buffer)
+        return buffer
 
 
 def record(name: str, value, args: Sequence[Any], vjp: Callable, multi: bool = False):
     """Wrap an op's result and, when any argument is tracked, append its node to the tape.
 
     ``value`` is the op's output array (a list of arrays when ``multi``). ``vjp(g, needs)`` receives
-    the output gradient (a list with None for outputs that got none, when ``multi``) and a tuple of
-    booleans saying which arguments need a gradient; it returns one gradient (or None) per argument.
+    the output gradient (a list with None for outputs that got none, when ``multi``) and a sequence
+    whose item ``k`` is truthy when argument ``k`` needs a gradient; it returns one gradient per
+    argument: an array of the argument's shape, an `IndexedGrad`, or None. It must not modify ``g``.
     The closure must capture arrays, never Tensors, so the tape dies with `gradient`'s frame.
     Plain-array arguments with no Tensor among them give a plain array back.
+
+    >>> import minflux as mf, numpy as np
+    >>> def twice(x):
+    ...     return record("twice", 2 * x.value, [x], lambda g, needs: [2 * g])
+    >>> mf.gradient(lambda x: mf.sum(twice(x)), np.ones(2))[0]
+    array([2., 2.])
     """
-    tape = active_tape()
+    stack = _stack()
+    tape = stack[-1] if stack else None
     if tape is None:
         return _untracked(value, args)
-    in_slots = tuple(a._slot if isinstance(a, Tensor) and a._tape is tape else 0 for a in args)
+    in_slots = tuple([a._slot if isinstance(a, Tensor) and a._tape is tape else 0 for a in args])
     if not any(in_slots):
         return _untracked(value, args)
     if multi:
         outs = tuple(Tensor(v, tape, tape.new_slot()) for v in value)
         out_slots = tuple(t._slot for t in outs)
     else:
-        outs = Tensor(value, tape, tape.new_slot())
-        out_slots = (outs._slot,)
+        tape.slots += 1
+        outs = Tensor(value, tape, tape.slots)
+        out_slots = (tape.slots,)
     tape.nodes.append(Node(name, in_slots, out_slots, vjp, multi))
     return outs
 
 
+class _Gradients:
+    """The gradients accumulated per slot during one backward pass.
+
+    A buffer this pass allocated itself is "owned" and further contributions are added into it in
+    place; an array handed over by a VJP may be shared (with another slot, or with the VJP's inputs),
+    so the first contribution to it makes a new owned array instead of writing into it.
+    """
+
+    __slots__ = ("by_slot", "owned")
+
+    def __init__(self):
+        self.by_slot: dict[int, Any] = {}
+        self.owned: set[int] = set()
+
+    def add(self, slot: int, g) -> None:
+        by_slot = self.by_slot
+        prev = by_slot.get(slot)
+        if type(g) is IndexedGrad:
+            if prev is None:
+                by_slot[slot] = g.dense()
+            else:
+                if slot not in self.owned:
+                    prev = by_slot[slot] = _fresh(prev, g.dtype)
+                g.add_into(prev)
+            self.owned.add(slot)
+        elif prev is None:
+            by_slot[slot] = g
+        elif slot in self.owned:
+            prev += g
+        else:
+            by_slot[slot] = prev + g
+            self.owned.add(slot)
+
+    def pop(self, slot: int):
+        return self.by_slot.pop(slot, None)
+
+
+def _fresh(array, dtype):
+    xp = get_array_module(array)
+    return xp.array(array, dtype=xp.result_type(array.dtype, dtype), copy=True)
+
+
 def _backward(tape: Tape, loss: Tensor) -> dict[int, Any]:
     xp = get_array_module(loss.value)
-    grads: dict[int, Any] = {loss._slot: xp.ones_like(loss.value)}
+    grads = _Gradients()
+    grads.by_slot[loss._slot] = xp.ones_like(loss.value)
     nodes = tape.nodes
-    while nodes:
-        node = nodes.pop()
-        if node.multi:
-            gout = [grads.pop(s, None) for s in node.outputs]
-            if all(g is None for g in gout):
-                continue
-        else:
-            gout = grads.pop(node.outputs[0], None)
-            if gout is None:
-                continue
-        needs = tuple(s != 0 for s in node.inputs)
-        gins = node.vjp(gout, needs)
-        for slot, g in zip(node.inputs, gins):
-            if slot == 0 or g is None:
-                continue
-            prev = grads.get(slot)
-            grads[slot] = g if prev is None else prev + g
-    return grads
+    with np.errstate(all="ignore"):
+        while nodes:
+            node = nodes.pop()
+            if node.multi:
+                gout = [grads.pop(s) for s in node.outputs]
+                if all(g is None for g in gout):
+                    continue
+            else:
+                gout = grads.pop(node.outputs[0])
+                if gout is None:
+                    continue
+            inputs = node.inputs
+            gins = node.vjp(gout, inputs)
+            for slot, g in zip(inputs, gins):
+                if slot and g is not None:
+                    grads.add(slot, g)
+    return grads.by_slot
+
+
+def _own_gradient(g, value, handed_out: set[int]):
+    """A leaf's gradient as an array of the leaf's shape and dtype that aliases nothing else returned.
+
+    VJPs may hand back views (of a broadcast seed, of another slot's gradient); the caller may update
+    a returned gradient in place, so views and arrays already returned for another leaf are copied.
+    """
+    xp = get_array_module(g)
+    if not is_array(g) or g.base is not None or id(g) in handed_out or g.dtype != value.dtype:
+        g = xp.array(g, dtype=value.dtype, copy=True)
+    if g.shape != value.shape:
+        raise RuntimeError(f"internal error: gradient of shape {g.shape} for an argument of shape "
+                           f"{value.shape}")
+    return g
+
+
+def _no_gradient(value):
+    return None
 
 
 def _is_float(a) -> bool:
@@ -172,9 +281,14 @@ def withgradient(f: Callable, *args):
     """Run ``f(*args)`` and return ``(value, grads)``: its value and one gradient per argument.
 
     An argument may be an array, a Tensor or a tree (objects with attributes, lists, tuples, dicts) of
-    arrays; its gradient has the same structure with None where an array received no gradient.
-    Integer and boolean arrays are never differentiated. If ``f`` returns a tuple, its first element is
-    the scalar loss and the value comes back as the whole tuple converted to plain arrays.
+    arrays; its gradient has the same structure with None where an array received no gradient and in
+    place of everything that is not an array (numbers, strings, functions: configuration).
+    Integer and boolean arrays are never differentiated (their gradient is None). If ``f`` returns a
+    tuple, its first element is the scalar loss and the value comes back as the whole tuple with
+    Tensors converted to plain arrays. Returned gradients are fresh arrays, safe to update in place.
+
+    As in PyTorch and JAX, numpy's floating-point warnings (overflow, division by zero, invalid) are
+    off while ``f`` and its backward pass run; an inf or nan loss is returned, not warned about.
 
     >>> import minflux as mf, numpy as np
     >>> value, (g,) = mf.withgradient(lambda x: mf.sum(x * x), np.array([1.0, 2.0]))
@@ -190,7 +304,7 @@ def withgradient(f: Callable, *args):
             return value
         return Tensor(value, tape, tape.new_slot())
 
-    with _recording(tape):
+    with np.errstate(all="ignore"), _recording(tape):
         targs = [map_arrays(wrap, a, trainable_only=True, _memo=memo) for a in args]
         out = f(*targs)
     loss, whole = _split_output(out)
@@ -206,15 +320,21 @@ def withgradient(f: Callable, *args):
         by_slot = _backward(tape, loss)
     else:
         by_slot = {}
+    handed_out: set[int] = set()
 
     def grad_of(leaf):
         entry = memo.get(id(leaf))
         wrapped = entry[1] if entry is not None else None
-        if isinstance(wrapped, Tensor) and wrapped._tape is tape:
-            return by_slot.get(wrapped._slot)
-        return None
+        if not (isinstance(wrapped, Tensor) and wrapped._tape is tape):
+            return None
+        g = by_slot.get(wrapped._slot)
+        if g is None:
+            return None
+        g = _own_gradient(g, wrapped.value, handed_out)
+        handed_out.add(id(g))
+        return g
 
-    grads = tuple(map_arrays(grad_of, a, trainable_only=False) for a in args)
+    grads = tuple(map_arrays(grad_of, a, trainable_only=False, static=_no_gradient) for a in args)
     value = _plain(whole) if whole is not None else loss_value
     return value, grads
 

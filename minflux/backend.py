@@ -104,11 +104,46 @@ def get_array_module(*xs: Any, op: str = "this operation"):
     return _cupy
 
 
+def scatter_add(buffer, index, values) -> None:
+    """``buffer[index] += values`` in place, where repeated indices add up (numpy's ``add.at``).
+
+    A single integer array indexing the first axis (an embedding-table gradient) takes a sort-based
+    path that is several times faster than ``numpy.add.at`` when indices repeat a lot.
+
+    >>> import numpy as np
+    >>> table = np.zeros((3, 2))
+    >>> scatter_add(table, np.array([2, 0, 2]), np.ones((3, 2)))
+    >>> table
+    array([[1., 1.],
+           [0., 0.],
+           [2., 2.]])
+    """
+    if is_cupy_array(buffer):
+        import cupyx
+
+        cupyx.scatter_add(buffer, index, values)
+        return
+    if isinstance(index, np.ndarray) and index.dtype.kind in "iu" and index.size > 1:
+        _add_rows(buffer, index, values)
+    else:
+        np.add.at(buffer, index, values)
+
+
+def _add_rows(buffer, index, values) -> None:
+    rows = index.reshape(-1)
+    if rows.dtype.kind == "i":
+        rows = np.where(rows < 0, rows + buffer.shape[0], rows)  # -1 and n-1 are one row
+    values = np.broadcast_to(values, index.shape + buffer.shape[1:]).reshape((rows.size,) + buffer.shape[1:])
+    order = np.argsort(rows, kind="stable")
+    rows = rows[order]
+    starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))
+    buffer[rows[starts]] += np.add.reduceat(values[order], starts, axis=0)
+
+
 def resolve_device(device: str) -> str:
     """Turn ``"cpu" | "gpu" | "auto"`` into ``"cpu"`` or ``"gpu"``; ``"gpu"`` without a GPU is an error.
 
-    >>> import minflux as mf
-    >>> mf.resolve_device("cpu")
+    >>> resolve_device("cpu")
     'cpu'
     """
     if device not in ("cpu", "gpu", "auto"):
@@ -125,7 +160,12 @@ def resolve_device(device: str) -> str:
 
 
 def move_array(x, device: str):
-    """Move one array to ``"cpu"`` or ``"gpu"`` (no copy when it is already there)."""
+    """Move one array to ``"cpu"`` or ``"gpu"`` (no copy when it is already there).
+
+    >>> import numpy as np
+    >>> move_array(np.ones(1), "cpu")
+    array([1.])
+    """
     if device == "cpu":
         return _cupy.asnumpy(x) if is_cupy_array(x) else x
     return x if is_cupy_array(x) else _cupy.asarray(x)

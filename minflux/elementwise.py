@@ -7,15 +7,29 @@ from __future__ import annotations
 
 import numpy as np
 
-from .autograd import tracked_mask
+from .autograd import active_tape
 from .backend import get_array_module
 from .broadcast.node import broadcast_node
 from .broadcast.rules import TABLE, ArrayMath
 from .tensor import Tensor
 
 
+_MATH: dict = {}
+
+
+def _math(xp) -> ArrayMath:
+    m = _MATH.get(xp)
+    if m is None:
+        m = _MATH[xp] = ArrayMath(xp)
+    return m
+
+
 def apply_primitive(name: str, *args):
     """Broadcast primitive ``name`` of the derivative table over ``args``.
+
+    The forward pass is the primitive's array implementation; when an argument is tracked, the
+    table's partials for it are evaluated on the same arrays and recorded with the outputs as one
+    broadcast node.
 
     >>> import numpy as np
     >>> apply_primitive("maximum", np.array([1.0, 3.0]), 2.0)
@@ -26,21 +40,23 @@ def apply_primitive(name: str, *args):
         raise TypeError(f"mf.{name} takes {prim.arity} arguments, got {len(args)}")
     values = [a.value if isinstance(a, Tensor) else a for a in args]
     xp = get_array_module(*values, op=f"mf.{name}")
-    mask = tracked_mask(args)
-    wanted = [k for k, t in enumerate(mask) if t and prim.partials[k] is not None]
-    with np.errstate(all="ignore"):
-        try:
-            y = prim.impl(xp, *values)
-        except ValueError as e:  # numpy's broadcast error lacks the op's name
-            shapes = " and ".join(str(tuple(np.shape(v))) for v in values)
-            raise ValueError(f"mf.{name}: cannot broadcast shapes {shapes}") from e
-        if not wanted:
-            if any(isinstance(a, Tensor) for a in args):
+    try:
+        y = prim.impl(xp, *values)
+    except ValueError as e:  # numpy's broadcast error lacks the op's name
+        shapes = " and ".join(str(tuple(np.shape(v))) for v in values)
+        raise ValueError(f"mf.{name}: cannot broadcast shapes {shapes}") from e
+    tape = active_tape()
+    wanted = () if tape is None else [
+        k for k, a in enumerate(args)
+        if isinstance(a, Tensor) and a._tape is tape and prim.partials[k] is not None]
+    if not wanted:
+        for a in args:
+            if isinstance(a, Tensor):
                 return Tensor(y)
-            return y
-        m = ArrayMath(xp)
-        partials = {(0, k): prim.partials[k](m, *values, y) for k in wanted}
-    return broadcast_node(name, args, [y], partials)
+        return y
+    rules, m = prim.partials, _math(xp)
+    partials = {(0, k): rules[k](m, *values, y) for k in wanted}
+    return broadcast_node(name, args, (y,), partials)
 
 
 def _unary(name, doc):

@@ -97,6 +97,12 @@ class Tensor:
     def __rmatmul__(self, other): return _ops.matmul(other, self)
     def __getitem__(self, index): return _ops.getitem(self, index)
 
+    def __iter__(self):
+        """Iterate over the first axis through one `mf.unstack` node (not one slice node per item)."""
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d Tensor")
+        return iter(_ops.unstack(self))
+
     @property
     def T(self):
         """The transpose (all axes reversed)."""
@@ -113,6 +119,18 @@ class Tensor:
     def mean(self, axis=None, keepdims=False):
         """``mf.mean(self, axis, keepdims)``."""
         return _ops.mean(self, axis=axis, keepdims=keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        """``mf.max(self, axis, keepdims)``."""
+        return _ops.max(self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        """``mf.min(self, axis, keepdims)``."""
+        return _ops.min(self, axis=axis, keepdims=keepdims)
+
+    def transpose(self, *axes):
+        """``mf.transpose(self, axes)``; accepts ``t.transpose(1, 0)`` and ``t.transpose((1, 0))``."""
+        return _ops.transpose(self, (axes[0] if len(axes) == 1 else axes) if axes else None)
 
 
 from . import elementwise as _ew  # noqa: E402  (operators need the op modules; they need Tensor)

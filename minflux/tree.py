@@ -72,14 +72,19 @@ def rebuild(x: Any, new_children: dict) -> Any:
     return out
 
 
-def map_arrays(fn: Callable, tree: Any, trainable_only: bool = False, _memo: dict | None = None) -> Any:
+def map_arrays(fn: Callable, tree: Any, trainable_only: bool = False, _memo: dict | None = None,
+               static: Callable | None = None) -> Any:
     """Rebuild ``tree`` with every leaf replaced by ``fn(leaf)``; a leaf seen twice maps once.
 
-    Containers without leaves are returned as they are (not copied).
+    Containers without leaves are returned as they are (not copied). When ``static`` is given, every
+    value that is neither a leaf nor a container (numbers, strings, functions) becomes ``static(value)``
+    too; gradients use it to put None where a model holds configuration.
 
     >>> import minflux as mf, numpy as np
     >>> mf.tree.map_arrays(lambda a: a * 2, {"w": np.ones(2), "n": 3})
     {'w': array([2., 2.]), 'n': 3}
+    >>> mf.tree.map_arrays(lambda a: a * 2, {"w": np.ones(2), "n": 3}, static=lambda v: None)
+    {'w': array([2., 2.]), 'n': None}
     """
     memo = {} if _memo is None else _memo
     key = id(tree)
@@ -91,11 +96,11 @@ def map_arrays(fn: Callable, tree: Any, trainable_only: bool = False, _memo: dic
         return out
     kids = children(tree, trainable_only)
     if kids is None:
-        return tree
+        return tree if static is None else static(tree)
     memo[key] = (tree, tree)  # breaks reference cycles
     changed = {}
     for k, child in kids:
-        new = map_arrays(fn, child, trainable_only, memo)
+        new = map_arrays(fn, child, trainable_only, memo, static)
         if new is not child:
             changed[k] = new
     out = rebuild(tree, changed) if changed else tree

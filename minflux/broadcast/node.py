@@ -31,16 +31,25 @@ def sum_to(grad, shape: tuple):
     return out.reshape(shape)
 
 
-def _shape_dtype(arg) -> tuple[tuple, Any]:
-    value = getattr(arg, "value", arg)
-    return tuple(getattr(value, "shape", ())), getattr(value, "dtype", None)
+def _finish(acc, shape, dtype):
+    """Reduce a summed output gradient to one argument's shape and dtype."""
+    if acc.shape != shape:
+        acc = sum_to(acc, shape)
+    if dtype is not None and acc.dtype != dtype:
+        acc = acc.astype(dtype)
+    return acc
+
+
+def _times(g, p):
+    return g if (p.__class__ is int or p.__class__ is float) and p == 1 else g * p
 
 
 def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], partials: dict):
     """Record one broadcast node and return its outputs (Tensors when an argument is tracked).
 
     ``partials[(m, k)]`` is ``d outputs[m] / d args[k]`` (an array broadcastable to the output, or a
-    number) for every output ``m`` and every argument ``k`` that needs a gradient.
+    number) for every output ``m`` and every argument ``k`` that needs a gradient. The node keeps
+    only these partials and the arguments' shapes, never the inputs.
 
     >>> import minflux as mf, numpy as np
     >>> def double(x):
@@ -48,28 +57,35 @@ def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], parti
     >>> mf.gradient(lambda x: mf.sum(double(x)), np.ones(2))[0]
     array([2., 2.])
     """
-    meta = [_shape_dtype(a) for a in args]
-    n_out = len(outputs)
+    n_args = len(args)
+    terms = []  # (output m, argument k, partial, argument shape, argument dtype)
+    for (m, k), p in partials.items():
+        value = getattr(args[k], "value", args[k])
+        terms.append((m, k, p, tuple(getattr(value, "shape", ())), getattr(value, "dtype", None)))
 
-    def vjp(gout, needs):
-        gs = gout if n_out > 1 else (gout,)
-        grads = [None] * len(meta)
-        for k, (shape, dtype) in enumerate(meta):
-            if not needs[k]:
+    if len(outputs) == 1:
+        def vjp(g, needs):
+            grads = [None] * n_args
+            for _, k, p, shape, dtype in terms:
+                if needs[k]:
+                    grads[k] = _finish(_times(g, p), shape, dtype)
+            return grads
+
+        return record(name, outputs[0], args, vjp)
+
+    def vjp_multi(gout, needs):
+        sums: dict[int, Any] = {}
+        meta = {}
+        for m, k, p, shape, dtype in terms:
+            g = gout[m]
+            if g is None or not needs[k]:
                 continue
-            acc = None
-            for m, g in enumerate(gs):
-                p = partials.get((m, k))
-                if g is None or p is None:
-                    continue
-                term = g if (isinstance(p, (int, float)) and p == 1) else g * p
-                acc = term if acc is None else acc + term
-            if acc is not None:
-                acc = sum_to(acc, shape)
-                if dtype is not None and acc.dtype != dtype:
-                    acc = acc.astype(dtype)
-                grads[k] = acc
+            term = _times(g, p)
+            sums[k] = term if k not in sums else sums[k] + term
+            meta[k] = (shape, dtype)
+        grads = [None] * n_args
+        for k, acc in sums.items():
+            grads[k] = _finish(acc, *meta[k])
         return grads
 
-    result = record(name, list(outputs) if n_out > 1 else outputs[0], args, vjp, multi=n_out > 1)
-    return result
+    return record(name, list(outputs), args, vjp_multi, multi=True)

@@ -1,0 +1,80 @@
+"""Indexing: ``x[index]`` and ``take`` (the embedding gather). Their VJPs return an `IndexedGrad`,
+so many lookups into one array accumulate into one gradient buffer; repeated indices scatter-add."""
+from __future__ import annotations
+
+from ..autograd import IndexedGrad, record
+from ..backend import get_array_module, is_array
+from ._common import normalise_axis, value_of
+
+
+def _plain_index(item, xp):
+    item = value_of(item)
+    if isinstance(item, list):
+        return xp.asarray(item)
+    return item
+
+
+def _selects_once(index) -> bool:
+    """True when ``index`` cannot select one element twice (no integer arrays)."""
+    items = index if isinstance(index, tuple) else (index,)
+    for item in items:
+        if is_array(item) and item.dtype.kind != "b":
+            return False
+    return True
+
+
+def getitem(x, index):
+    """``x[index]`` for basic slicing, boolean masks and integer arrays; repeated indices add up.
+
+    >>> import minflux as mf, numpy as np
+    >>> mf.getitem(np.arange(4.0), slice(1, 3))
+    array([1., 2.])
+    >>> mf.gradient(lambda x: mf.sum(x[np.array([0, 0, 2])]), np.zeros(3))[0]
+    array([2., 0., 1.])
+    """
+    v = value_of(x)
+    xp = get_array_module(v, op="indexing")
+    if isinstance(index, tuple):
+        index = tuple(_plain_index(i, xp) for i in index)
+    else:
+        index = _plain_index(index, xp)
+    try:
+        out = v[index]
+    except IndexError as e:
+        raise IndexError(f"indexing an array of shape {tuple(v.shape)}: {e}") from e
+    shape, dtype, unique = tuple(v.shape), v.dtype, _selects_once(index)
+    return record("getitem", out, [x], lambda g, needs: [IndexedGrad(shape, dtype, index, g, unique)])
+
+
+def take(x, indices, axis: int | None = None):
+    """Elements (``axis=None``, of the flattened array) or slices along ``axis`` picked by integer
+    ``indices`` of any shape; with ``axis=0`` this is an embedding lookup. The gradient scatter-adds,
+    so a row picked twice gets both contributions.
+
+    >>> import minflux as mf, numpy as np
+    >>> table = np.arange(6.0).reshape(3, 2)
+    >>> mf.take(table, np.array([[2, 0]]), axis=0).shape
+    (1, 2, 2)
+    >>> mf.gradient(lambda t: mf.sum(mf.take(t, np.array([2, 2]), axis=0)), table)[0]
+    array([[0., 0.],
+           [0., 0.],
+           [2., 2.]])
+    """
+    v = value_of(x)
+    xp = get_array_module(v, indices, op="mf.take")
+    idx = xp.asarray(value_of(indices))
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"mf.take: indices must be integers, got dtype {idx.dtype}")
+    if axis is None:
+        from .shapes import reshape
+
+        return take(reshape(x, (-1,)), idx, axis=0)
+    shape = tuple(v.shape)
+    axis = normalise_axis(axis, v.ndim, "mf.take", shape)
+    try:
+        out = xp.take(v, idx, axis=axis)
+    except IndexError as e:
+        raise IndexError(f"mf.take: {e} (array of shape {shape})") from e
+    index = idx if axis == 0 else (slice(None),) * axis + (idx,)
+    dtype = v.dtype
+    return record("take", out, [x], lambda g, needs: [IndexedGrad(shape, dtype, index, g, False)])

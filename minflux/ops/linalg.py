@@ -1,0 +1,44 @@
+"""Matrix multiplication with numpy's rules: batched over leading axes, 1-D operands promoted."""
+from __future__ import annotations
+
+from ..autograd import record
+from ..backend import get_array_module
+from ..broadcast.node import sum_to
+from ._common import shape_of, value_of
+
+
+def matmul(a, b):
+    """Matrix product ``a @ b`` (batched over broadcast leading axes, vectors promoted as numpy does).
+
+    >>> import minflux as mf, numpy as np
+    >>> mf.matmul(np.ones((5, 2, 3)), np.ones((3, 4))).shape
+    (5, 2, 4)
+    """
+    av, bv = value_of(a), value_of(b)
+    xp = get_array_module(av, bv, op="mf.matmul (@)")
+    sa, sb = shape_of(a), shape_of(b)
+    if not sa or not sb:
+        raise ValueError(f"mf.matmul: operands must have at least one dimension, got shapes {sa} and "
+                         f"{sb}; use * to multiply by a scalar")
+    try:
+        out = xp.matmul(av, bv)
+    except ValueError as e:
+        raise ValueError(f"mf.matmul: shapes {sa} and {sb} do not match (the last axis of the first "
+                         "must equal the second-to-last axis of the second, and leading axes must "
+                         "broadcast)") from e
+
+    def vjp(g, needs):
+        a2 = av[None, :] if av.ndim == 1 else av
+        b2 = bv[:, None] if bv.ndim == 1 else bv
+        if av.ndim == 1:
+            g = xp.expand_dims(g, -2)
+        if bv.ndim == 1:
+            g = xp.expand_dims(g, -1)
+        ga = gb = None
+        if needs[0]:
+            ga = sum_to(xp.matmul(g, xp.swapaxes(b2, -1, -2)), a2.shape).reshape(sa)
+        if needs[1]:
+            gb = sum_to(xp.matmul(xp.swapaxes(a2, -1, -2), g), b2.shape).reshape(sb)
+        return [ga, gb]
+
+    return record("matmul", out, [a, b], vjp)

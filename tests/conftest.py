@@ -1,0 +1,50 @@
+"""Shared test configuration: tests marked ``gpu`` skip cleanly without CuPy and a CUDA device."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from minflux.backend import gpu_available
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs CuPy and a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A seeded generator, so every test draws the same numbers on every run."""
+    return np.random.default_rng(1234)
+
+
+class FakeCupyArray:
+    """Stands in for ``cupy.ndarray`` where CuPy is absent: a distinct array type holding numpy data."""
+
+    def __init__(self, data):
+        self.data = np.array(data)
+
+    shape = property(lambda self: self.data.shape)
+    dtype = property(lambda self: self.data.dtype)
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    """Install a fake ``cupy`` module (one device) into minflux's backend for this test."""
+    import types
+
+    import minflux.backend as backend
+
+    fake = types.SimpleNamespace(
+        __name__="cupy",
+        ndarray=FakeCupyArray,
+        asarray=FakeCupyArray,
+        asnumpy=lambda a: a.data.copy(),
+        cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=lambda: 1)),
+    )
+    monkeypatch.setattr(backend, "_cupy", fake)
+    return fake

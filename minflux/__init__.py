@@ -35,3 +35,8 @@ __all__ += ["broadcast_to", "concatenate", "cross_entropy", "expand_dims", "log_
 from .broadcast.api import broadcast, elementwise  # noqa: E402
 
 __all__ += ["broadcast", "elementwise"]
+
+from . import nn, optim  # noqa: E402  (layers and optimisers build on everything above)
+from .io import load, save  # noqa: E402
+
+__all__ += ["load", "nn", "optim", "save"]

@@ -1,0 +1,45 @@
+"""Embedding: a lookup table from integer ids to vectors."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+import minflux as mf
+
+from . import init as initialisers
+from ._rng import as_generator
+from .module import Module
+
+
+class Embedding(Module):
+    """Rows of ``W`` (shape ``(vocab_size, dim)``) picked by integer ids: ``ids.shape + (dim,)``.
+
+    The gradient of a row picked several times is the sum over its uses. Ids must be integers in
+    ``[0, vocab_size)``; anything else is an error naming the offending value.
+
+    >>> import numpy as np, minflux as mf
+    >>> emb = mf.nn.Embedding(10, 4, rng=np.random.default_rng(0))
+    >>> emb(np.array([[1, 2, 2]])).shape
+    (1, 3, 4)
+    """
+
+    def __init__(self, vocab_size: int, dim: int, *, rng, init: Callable = initialisers.normal,
+                 dtype=None):
+        self.W = init(as_generator(rng, "Embedding"), vocab_size, dim, dtype=dtype)
+
+    def __call__(self, ids):
+        ids = getattr(ids, "value", ids)
+        xp = mf.get_array_module(ids, self.W, op="Embedding")
+        ids = xp.asarray(ids)
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"{self._repr_head()} takes integer ids, got dtype {ids.dtype}; convert "
+                            f"with ids.astype(np.int64)")
+        vocab = self.W.shape[0]
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise IndexError(f"{self._repr_head()} got id {bad}, outside [0, {vocab})")
+        return mf.getitem(self.W, ids)
+
+    def _repr_head(self) -> str:
+        return f"Embedding({self.W.shape[0]} => {self.W.shape[1]})"

@@ -1,0 +1,45 @@
+"""LayerNorm: normalise the last axis to zero mean and unit variance, then scale and shift."""
+from __future__ import annotations
+
+import minflux as mf
+
+from . import init as initialisers
+from .module import Module
+
+
+@mf.elementwise
+def normalise_affine(x, mean, var, eps, scale, shift):
+    """``(x - mean) / sqrt(var + eps) * scale + shift`` for one element."""
+    return (x - mean) / mf.sqrt(var + eps) * scale + shift
+
+
+class LayerNorm(Module):
+    """Layer normalisation (Ba et al. 2016) over the last axis, with learnt ``scale`` and ``shift``.
+
+    ``y = (x - mean) / sqrt(var + eps) * scale + shift`` where mean and (biased) variance are taken
+    over the last axis; ``affine=False`` keeps ``scale = 1`` and ``shift = 0`` fixed (no parameters).
+
+    >>> import numpy as np, minflux as mf
+    >>> norm = mf.nn.LayerNorm(4)
+    >>> y = norm(np.array([[1.0, 2.0, 3.0, 4.0]], np.float32))
+    >>> np.round(y, 3)
+    array([[-1.342, -0.447,  0.447,  1.342]], dtype=float32)
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-5, affine: bool = True, dtype=None):
+        self.eps = float(eps)
+        self.scale = initialisers.ones(None, dim, dtype=dtype) if affine else None
+        self.shift = initialisers.zeros(None, dim, dtype=dtype) if affine else None
+        self.dim = dim
+
+    def __call__(self, x):
+        mean = mf.mean(x, axis=-1, keepdims=True)
+        centred = x - mean
+        var = mf.mean(centred * centred, axis=-1, keepdims=True)
+        if self.scale is None:
+            return normalise_affine(x, mean, var, self.eps, 1.0, 0.0)
+        return normalise_affine(x, mean, var, self.eps, self.scale, self.shift)
+
+    def _repr_head(self) -> str:
+        extra = "" if self.scale is not None else ", affine=False"
+        return f"LayerNorm({self.dim}{extra})"

@@ -1,0 +1,150 @@
+"""Adaptive rules (RMSProp, AdaGrad, Adam, AdamW); each per-element step is one elementwise kernel."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import minflux as mf
+
+from .rule import Rule, assign, xp_of
+
+
+@mf.elementwise
+def rmsprop_step(g, acc, lr, rho, eps):
+    """``acc' = rho * acc + (1 - rho) * g^2``; step ``lr * g / (sqrt(acc') + eps)``."""
+    acc_new = rho * acc + (1.0 - rho) * g * g
+    return lr * g / (mf.sqrt(acc_new) + eps), acc_new
+
+
+@mf.elementwise
+def adagrad_step(g, acc, lr, eps):
+    """``acc' = acc + g^2``; step ``lr * g / (sqrt(acc') + eps)``."""
+    acc_new = acc + g * g
+    return lr * g / (mf.sqrt(acc_new) + eps), acc_new
+
+
+@mf.elementwise
+def adam_step(g, m, v, lr, beta1, beta2, eps, correction1, correction2):
+    """Adam's moments and step; ``correction_k = 1 - beta_k ** t`` removes the zero-start bias."""
+    m_new = beta1 * m + (1.0 - beta1) * g
+    v_new = beta2 * v + (1.0 - beta2) * g * g
+    step = lr * (m_new / correction1) / (mf.sqrt(v_new / correction2) + eps)
+    return step, m_new, v_new
+
+
+@mf.elementwise
+def adamw_step(g, x, m, v, lr, beta1, beta2, eps, correction1, correction2, decay):
+    """Adam's step plus decoupled weight decay ``lr * decay * x``."""
+    m_new = beta1 * m + (1.0 - beta1) * g
+    v_new = beta2 * v + (1.0 - beta2) * g * g
+    step = lr * ((m_new / correction1) / (mf.sqrt(v_new / correction2) + eps) + decay * x)
+    return step, m_new, v_new
+
+
+@dataclass(frozen=True)
+class RMSProp(Rule):
+    """RMSProp (Tieleman and Hinton 2012): ``acc = rho acc + (1-rho) g^2; x -= lr g / (sqrt(acc)+eps)``.
+
+    >>> import numpy as np, minflux as mf
+    >>> w = np.zeros(1)
+    >>> state = mf.optim.setup(mf.optim.RMSProp(lr=0.1, rho=0.75, eps=0.0), w)
+    >>> mf.optim.update(state, w, np.array([2.0])); w    # acc = 1, step 0.1 * 2 / 1
+    array([-0.2])
+    """
+
+    lr: float = 0.001
+    rho: float = 0.9
+    eps: float = 1e-8
+
+    def init(self, param):
+        return xp_of(param).zeros_like(param)
+
+    def apply(self, state, param, grad):
+        delta, acc = rmsprop_step(grad, state, self.lr, self.rho, self.eps)
+        assign(state, acc)
+        return state, delta
+
+
+@dataclass(frozen=True)
+class AdaGrad(Rule):
+    """AdaGrad (Duchi et al. 2011): ``acc += g^2; x -= lr g / (sqrt(acc) + eps)``, acc from zero.
+
+    >>> import numpy as np, minflux as mf
+    >>> w = np.zeros(1)
+    >>> state = mf.optim.setup(mf.optim.AdaGrad(lr=0.1, eps=0.0), w)
+    >>> mf.optim.update(state, w, np.array([3.0])); w    # step 0.1 * 3 / 3
+    array([-0.1])
+    """
+
+    lr: float = 0.1
+    eps: float = 1e-8
+
+    def init(self, param):
+        return xp_of(param).zeros_like(param)
+
+    def apply(self, state, param, grad):
+        delta, acc = adagrad_step(grad, state, self.lr, self.eps)
+        assign(state, acc)
+        return state, delta
+
+
+@dataclass(frozen=True)
+class Adam(Rule):
+    """Adam (Kingma and Ba 2015) with bias correction; state ``(m, v, t)``.
+
+    ``m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; x -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)``.
+
+    >>> import numpy as np, minflux as mf
+    >>> w = np.zeros(1)
+    >>> state = mf.optim.setup(mf.optim.Adam(lr=0.1, eps=0.0), w)
+    >>> mf.optim.update(state, w, np.array([5.0])); w    # the first step is lr * sign(g)
+    array([-0.1])
+    """
+
+    lr: float = 0.001
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+
+    def init(self, param):
+        xp = xp_of(param)
+        return xp.zeros_like(param), xp.zeros_like(param), 0
+
+    def apply(self, state, param, grad):
+        m, v, t = state
+        t += 1
+        delta, m_new, v_new = adam_step(grad, m, v, self.lr, self.beta1, self.beta2, self.eps,
+                                        1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t)
+        assign(m, m_new)
+        assign(v, v_new)
+        return (m, v, t), delta
+
+
+@dataclass(frozen=True)
+class AdamW(Rule):
+    """Adam with decoupled weight decay (Loshchilov and Hutter 2019): Adam's step ``+ lr * decay * x``.
+
+    >>> import numpy as np, minflux as mf
+    >>> w = np.ones(1)
+    >>> state = mf.optim.setup(mf.optim.AdamW(lr=0.1, eps=0.0, decay=0.5), w)
+    >>> mf.optim.update(state, w, np.array([5.0])); w    # 1 - 0.1 * (1 + 0.5 * 1)
+    array([0.85])
+    """
+
+    lr: float = 0.001
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    decay: float = 0.01
+
+    def init(self, param):
+        xp = xp_of(param)
+        return xp.zeros_like(param), xp.zeros_like(param), 0
+
+    def apply(self, state, param, grad):
+        m, v, t = state
+        t += 1
+        delta, m_new, v_new = adamw_step(grad, param, m, v, self.lr, self.beta1, self.beta2, self.eps,
+                                         1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t, self.decay)
+        assign(m, m_new)
+        assign(v, v_new)
+        return (m, v, t), delta

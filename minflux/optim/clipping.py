@@ -1,0 +1,112 @@
+"""Gradient clipping: elementwise (`ClipValue`) and by the global norm of the whole tree (`ClipNorm`)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import minflux as mf
+from minflux.tree import map_arrays, named_leaves
+
+from .rule import GlobalRule, Rule, xp_of
+
+
+@mf.elementwise
+def clip_value(g, limit):
+    """``g`` clamped to ``[-limit, limit]``."""
+    return mf.clip(g, -limit, limit)
+
+
+@mf.elementwise
+def scale_by(g, factor):
+    """``g * factor``."""
+    return g * factor
+
+
+def _sum_of_squares(g) -> float:
+    flat = g.reshape(-1)
+    return float(xp_of(g).vdot(flat, flat).real)
+
+
+def global_norm(grads: Any) -> float:
+    """The L2 norm of all arrays of a gradient tree together (tied arrays counted once, None skipped).
+
+    >>> import numpy as np, minflux as mf
+    >>> mf.optim.global_norm({"a": np.array([3.0]), "b": np.array([4.0]), "c": None})
+    5.0
+    """
+    return math.sqrt(sum(_sum_of_squares(g) for _, g in named_leaves(grads, trainable_only=False)))
+
+
+def clip_factor(norm: float, max_norm: float) -> float:
+    """The factor ``max_norm / norm`` when ``norm > max_norm``, else 1."""
+    return max_norm / norm if norm > max_norm else 1.0
+
+
+def clip_by_global_norm(grads: Any, max_norm: float) -> tuple[Any, float]:
+    """``(clipped_grads, norm)``: the tree scaled so its global norm is at most ``max_norm``.
+
+    Returns the norm before clipping (useful to log). `ClipNorm` does the same inside `optim.update`.
+
+    >>> import numpy as np, minflux as mf
+    >>> clipped, norm = mf.optim.clip_by_global_norm([np.array([3.0]), np.array([4.0])], 1.0)
+    >>> norm, clipped
+    (5.0, [array([0.6]), array([0.8])])
+    """
+    norm = global_norm(grads)
+    factor = clip_factor(norm, max_norm)
+    if factor == 1.0:
+        return grads, norm
+    return map_arrays(lambda g: scale_by(g, factor), grads, trainable_only=False), norm
+
+
+@dataclass(frozen=True)
+class ClipValue(Rule):
+    """Clamp each gradient element to ``[-limit, limit]``.
+
+    >>> import numpy as np, minflux as mf
+    >>> rule = mf.optim.ClipValue(1.0)
+    >>> rule.apply((), None, np.array([-3.0, 0.5, 2.0]))[1]
+    array([-1. ,  0.5,  1. ])
+    """
+
+    limit: float = 1.0
+
+    def apply(self, state, param, grad):
+        return state, clip_value(grad, self.limit)
+
+
+@dataclass(frozen=True)
+class ClipNorm(GlobalRule):
+    """Scale all gradients by ``max_norm / norm`` when their global L2 norm exceeds ``max_norm``.
+
+    The norm is taken over every parameter this rule updates in one `optim.update` call (frozen
+    parameters and parameters without a gradient excluded), as in Pascanu et al. (2013). A NaN or
+    infinite norm raises ``FloatingPointError`` unless ``throw=False`` (then the gradients pass
+    unchanged).
+
+    >>> import numpy as np, minflux as mf
+    >>> model = {"a": np.zeros(1), "b": np.zeros(1)}
+    >>> state = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0), mf.optim.Descent(1.0)), model)
+    >>> mf.optim.update(state, model, {"a": np.array([3.0]), "b": np.array([4.0])})
+    >>> model
+    {'a': array([-0.6]), 'b': array([-0.8])}
+    """
+
+    max_norm: float = 1.0
+    throw: bool = True
+
+    def apply_all(self, states, params, grads):
+        norm = math.sqrt(sum(_sum_of_squares(g) for g in grads))
+        if not np.isfinite(norm):
+            if self.throw:
+                raise FloatingPointError(f"ClipNorm: the global gradient norm is {norm}; a NaN or "
+                                         "infinity reached the gradients (use ClipNorm(throw=False) "
+                                         "to let them through)")
+            return list(states), list(grads)
+        factor = clip_factor(norm, self.max_norm)
+        if factor == 1.0:
+            return list(states), list(grads)
+        return list(states), [scale_by(g, factor) for g in grads]

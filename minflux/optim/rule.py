@@ -1,0 +1,121 @@
+"""The optimisation-rule protocol: small frozen objects that turn a gradient into an update.
+
+A rule has ``init(param) -> state`` and ``apply(state, param, grad) -> (state, delta)``; the update
+subtracts ``delta`` from the parameter (as in Optimisers.jl, so rules compose: each one's delta is
+the next one's gradient). ``apply`` may update the state's arrays in place and must not modify
+``param`` or ``grad``. A `GlobalRule` sees every parameter of the tree at once (global-norm clipping).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import minflux as mf
+
+__all__ = ["GlobalRule", "OptimiserChain", "Rule", "chain", "hyperparameters"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Base class of rules: a frozen dataclass whose fields are its hyperparameters.
+
+    >>> import numpy as np
+    >>> from minflux import optim
+    >>> rule = optim.Descent(lr=0.5)
+    >>> state = rule.init(np.ones(2))
+    >>> rule.apply(state, np.ones(2), np.array([2.0, 4.0]))
+    ((), array([1., 2.]))
+    """
+
+    def init(self, param) -> Any:
+        """The initial state for ``param`` (empty by default)."""
+        return ()
+
+    def apply(self, state, param, grad) -> tuple[Any, Any]:
+        """``(new_state, delta)``: ``param - delta`` is the updated parameter."""
+        raise NotImplementedError(f"{type(self).__name__} must define apply(state, param, grad)")
+
+
+@dataclass(frozen=True)
+class GlobalRule(Rule):
+    """A rule that needs every parameter at once; `optim.update` calls ``apply_all``.
+
+    Parameters whose rules are equal (same type and hyperparameters) at the same position of their
+    chains are processed together as one group.
+    """
+
+    def apply(self, state, param, grad):
+        (state,), (delta,) = self.apply_all([state], [param], [grad])
+        return state, delta
+
+    def apply_all(self, states: list, params: list, grads: list) -> tuple[list, list]:
+        """``(new_states, deltas)`` for all parameters of the group."""
+        raise NotImplementedError(f"{type(self).__name__} must define apply_all(states, params, grads)")
+
+
+@dataclass(frozen=True)
+class OptimiserChain(Rule):
+    """Rules applied in sequence: each one's delta is the gradient of the next.
+
+    Build it with `chain`. Its state is the tuple of the members' states.
+
+    >>> from minflux import optim
+    >>> optim.chain(optim.ClipValue(1.0), optim.Descent(0.1))
+    OptimiserChain(rules=(ClipValue(limit=1.0), Descent(lr=0.1)))
+    """
+
+    rules: tuple = ()
+
+    def init(self, param):
+        return tuple(rule.init(param) for rule in self.rules)
+
+    def apply(self, state, param, grad):
+        new_states = []
+        for rule, s in zip(self.rules, state):
+            s, grad = rule.apply(s, param, grad)
+            new_states.append(s)
+        return tuple(new_states), grad
+
+
+def chain(*rules: Rule) -> OptimiserChain:
+    """Compose rules left to right, e.g. ``chain(ClipNorm(1.0), WeightDecay(1e-4), Adam(1e-3))``.
+
+    >>> from minflux import optim
+    >>> len(optim.chain(optim.ClipNorm(1.0), optim.Adam()).rules)
+    2
+    """
+    flat = []
+    for rule in rules:
+        if not isinstance(rule, Rule):
+            raise TypeError(f"chain takes optimisation rules (e.g. optim.Adam()), got "
+                            f"{type(rule).__name__}")
+        flat.extend(rule.rules if isinstance(rule, OptimiserChain) else (rule,))
+    return OptimiserChain(tuple(flat))
+
+
+def stages(rule: Rule) -> Sequence[Rule]:
+    """The rules a parameter's update goes through, in order."""
+    return rule.rules if isinstance(rule, OptimiserChain) else (rule,)
+
+
+def hyperparameters(rule: Rule) -> dict:
+    """The rule's hyperparameters as a dict (chains give a list of their members').
+
+    >>> from minflux import optim
+    >>> optim.hyperparameters(optim.Momentum(lr=0.1))
+    {'lr': 0.1, 'rho': 0.9}
+    """
+    if isinstance(rule, OptimiserChain):
+        return {"rules": [hyperparameters(r) for r in rule.rules]}
+    return {f.name: getattr(rule, f.name) for f in dataclasses.fields(rule)}
+
+
+def xp_of(*arrays):
+    """The array module of a rule's arrays (numpy or CuPy)."""
+    return mf.get_array_module(*arrays, op="an optimiser update")
+
+
+def assign(target, value) -> None:
+    """Write ``value`` into the state array ``target`` in place."""
+    target[...] = value

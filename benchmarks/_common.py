@@ -1,0 +1,62 @@
+"""Shared benchmark plumbing: the machine's description, median timing and result files."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> str:
+    """A one-line description of this machine: CPU model, core count, Python and numpy versions."""
+    import numpy as np
+
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}"
+
+
+def median_time(fn, repeats: int = 5, warmup: int = 1) -> float:
+    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_results(name: str, data: dict, table: str) -> None:
+    """Write ``results/NAME.json`` and ``results/NAME.md`` (the table the README is regenerated from)."""
+    data = dict(data, machine=machine())
+    _atomic_write(RESULTS / f"{name}.json", json.dumps(data, indent=2) + "\n")
+    _atomic_write(RESULTS / f"{name}.md", table.rstrip("\n") + f"\n\nMeasured on: {machine()}.\n")
+    print(table)
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    """A Markdown table from a header and rows of cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,76 @@
+"""A tiny recurrent language model with the models' interface, so the loop can be tested on its own."""
+import numpy as np
+import pytest
+
+import minflux as mf
+import train.runs
+
+
+class TinyLM:
+    """A one-layer tanh RNN language model: ``model(tokens, state) -> (logits, state, boundaries)``.
+
+    Its "boundary" is whether the first hidden unit is positive, so boundary plumbing is exercised.
+    """
+
+    def __init__(self, vocab_size, *, embed_size=8, hidden_sizes=(16,), output_embed_size=None, rng,
+                 dtype=None, **unused):
+        dtype = dtype or np.float32
+        hidden = hidden_sizes[0]
+        self.E = (rng.standard_normal((vocab_size, hidden)) * 0.3).astype(dtype)
+        self.W = (rng.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(dtype)
+        self.O = (rng.standard_normal((hidden, vocab_size)) / np.sqrt(hidden)).astype(dtype)
+        self.b = np.zeros(vocab_size, dtype)
+        self.slope = 1.0
+
+    def initial_state(self, batch_size):
+        return [{"h": np.zeros((batch_size, self.W.shape[0]), self.W.dtype)}]
+
+    def __call__(self, tokens, state):
+        h = state[0]["h"]
+        steps = []
+        for x in mf.unstack(mf.take(self.E, tokens, axis=0), axis=1):
+            h = mf.tanh(x + mf.matmul(h, self.W))
+            steps.append(h)
+        hs = mf.stack(steps, axis=1)
+        logits = mf.matmul(hs, self.O) + self.b
+        z = (mf.to_numpy(getattr(hs, "value", hs))[..., :1] > 0).astype(self.W.dtype)
+        return logits, [{"h": h}], z
+
+
+@pytest.fixture
+def tiny_model(monkeypatch):
+    """Make model.kind = "hmlstm" build a TinyLM."""
+    monkeypatch.setitem(train.runs.MODEL_BUILDERS, "hmlstm",
+                        lambda cfg, vocab_size, **common: TinyLM(vocab_size, **common))
+    return TinyLM
+
+
+TEXT = "the cat sat on the mat. a dog ran in the fog. " * 12
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    """A tiny experiment config on a small text file, training the stand-in model."""
+    (tmp_path / "corpus.txt").write_text(TEXT)
+    config = tmp_path / "tiny.toml"
+    config.write_text(f"""
+name = "tiny"
+[data]
+corpus = "text"
+path = "{tmp_path / 'corpus.txt'}"
+cache_dir = "{tmp_path / 'cache'}"
+[model]
+hidden_sizes = [16]
+[train]
+batch_size = 4
+seq_len = 8
+epochs = 2
+eval_every = 5
+checkpoint_every = 3
+log_every = 2
+device = "cpu"
+[sample]
+length = 20
+prime = "the "
+""")
+    return config

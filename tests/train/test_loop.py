@@ -1,0 +1,147 @@
+"""The training loop on a tiny stand-in model: outputs, exact resume, NaN handling."""
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+
+import minflux as mf
+from train.__main__ import main
+from train.config import load_config
+from train.loop import Trainer, TrainingDiverged, train
+from train.runs import RunDir
+
+def parameters(model):
+    return {name: np.array(a) for name, a in mf.tree.named_leaves(model, trainable_only=False)}
+
+
+def assert_same_parameters(a, b):
+    pa, pb = parameters(a), parameters(b)
+    assert pa.keys() == pb.keys()
+    for name in pa:
+        assert np.array_equal(pa[name], pb[name]), name
+
+
+def test_a_run_writes_config_metrics_checkpoints_and_sample(cfg, tmp_path, tiny_model, capsys):
+    out = tmp_path / "run"
+    assert main(["--config", str(cfg), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "validation:" in printed and "bits per character" in printed and str(out) in printed
+    run = RunDir(out)
+    assert load_config(run.config) == load_config(cfg)
+    records = [json.loads(line) for line in run.metrics.read_text().splitlines()]
+    kinds = {r["kind"] for r in records}
+    assert kinds >= {"train", "valid", "end"}
+    train_records = [r for r in records if r["kind"] == "train"]
+    assert all(len(r["boundary_rates"]) == 1 and r["chars_per_s"] > 0 for r in train_records)
+    valid_steps = [r["step"] for r in records if r["kind"] == "valid"]
+    assert valid_steps == list(range(5, train_records[-1]["step"] + 1, 5))
+    assert run.best.is_file() and run.latest.is_file() and run.sample.read_text().startswith("the ")
+    assert records[-1]["kind"] == "end" and records[-1]["stopped"] == "finished"
+    losses = [r["loss"] for r in train_records]
+    assert np.mean(losses[-3:]) < np.mean(losses[:3])  # it learns something
+
+
+def uninterrupted(cfg, tmp_path, steps):
+    config = load_config(cfg, [f"train.max_steps={steps}"])
+    return train(config, RunDir(tmp_path / "whole"))
+
+
+def test_interrupt_then_resume_equals_an_uninterrupted_run(cfg, tmp_path, tiny_model, monkeypatch):
+    whole = uninterrupted(cfg, tmp_path, 30)
+    reference = Trainer(load_config(cfg), RunDir(tmp_path / "whole"), resume=True)
+    reference.restore()
+
+    real_step = Trainer.train_step
+
+    def step_then_ctrl_c(self, window):
+        result = real_step(self, window)
+        if self.position.step == 10:  # the 11th step is running: Ctrl-C arrives now
+            os.kill(os.getpid(), signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(Trainer, "train_step", step_then_ctrl_c)
+    config = load_config(cfg, ["train.max_steps=30"])
+    first = train(config, RunDir(tmp_path / "split"))
+    assert first.stopped == "interrupted" and first.position.step == 11
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+    resumed = train(config, RunDir(tmp_path / "split"), resume=True)
+    assert resumed.stopped == "max_steps" and resumed.position.step == 30
+    finished = Trainer(config, RunDir(tmp_path / "split"), resume=True)
+    finished.restore()
+    assert_same_parameters(finished.model, reference.model)
+    assert finished.position == reference.position
+    assert resumed.valid.bpc == whole.valid.bpc and resumed.sample == whole.sample
+
+
+def test_hard_kill_then_resume_recomputes_the_lost_steps_identically(cfg, tmp_path, tiny_model, monkeypatch):
+    uninterrupted(cfg, tmp_path, 30)
+    reference = Trainer(load_config(cfg), RunDir(tmp_path / "whole"), resume=True)
+    reference.restore()
+    real_step = Trainer.train_step
+
+    def dies_at_step_17(self, window):
+        if self.position.step == 16:
+            raise SystemExit("killed")  # no cleanup, no checkpoint: the last one is from step 15
+        return real_step(self, window)
+
+    monkeypatch.setattr(Trainer, "train_step", dies_at_step_17)
+    config = load_config(cfg, ["train.max_steps=30"])
+    with pytest.raises(SystemExit):
+        train(config, RunDir(tmp_path / "split"))
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+    train(config, RunDir(tmp_path / "split"), resume=True)
+    finished = Trainer(config, RunDir(tmp_path / "split"), resume=True)
+    finished.restore()
+    assert_same_parameters(finished.model, reference.model)
+    steps = [json.loads(l)["step"] for l in RunDir(tmp_path / "split").metrics.read_text().splitlines()
+             if json.loads(l)["kind"] == "train"]
+    assert steps == sorted(set(steps))  # steps 16.. were logged once, not twice
+
+
+def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(cfg, tmp_path, tiny_model,
+                                                                              monkeypatch, capsys):
+    real_call = tiny_model.__call__
+    calls = {"n": 0}
+
+    def poisoned(self, tokens, state):
+        logits, state, z = real_call(self, tokens, state)
+        calls["n"] += 1
+        return (logits * float("nan") if calls["n"] == 8 else logits), state, z
+
+    monkeypatch.setattr(tiny_model, "__call__", poisoned)
+    out = tmp_path / "run"
+    seen = {}
+    real_save = Trainer.save
+
+    def remember(self, which="latest"):
+        real_save(self, which)
+        seen[which] = parameters(self.model)
+
+    monkeypatch.setattr(Trainer, "save", remember)
+    assert main(["--config", str(cfg), "--out", str(out), "--set", "train.eval_every=100"]) == 1
+    message = capsys.readouterr().err
+    assert "the loss is nan at step 8" in message and str(RunDir(out).latest) in message
+    assert "--resume" in message and "optim.lr" in message
+    saved = Trainer(load_config(RunDir(out).config), RunDir(out), resume=True)
+    saved.restore()
+    assert saved.position.step == 6  # checkpoints every 3 steps; step 8 never finished
+    for name, array in parameters(saved.model).items():
+        assert np.array_equal(array, seen["latest"][name]) and np.isfinite(array).all()
+
+
+def test_fresh_run_refuses_to_overwrite_an_existing_run(cfg, tmp_path, tiny_model, capsys):
+    out = tmp_path / "run"
+    assert main(["--config", str(cfg), "--out", str(out), "--set", "train.max_steps=3"]) == 0
+    assert main(["--config", str(cfg), "--out", str(out)]) == 1
+    assert "already holds a run" in capsys.readouterr().err
+
+
+def test_plateau_divides_the_learning_rate(cfg, tmp_path, tiny_model):
+    config = load_config(cfg, ["optim.lr=5.0", "optim.plateau_factor=10", "optim.plateau_patience=0",
+                               "train.max_steps=25"])
+    train(config, RunDir(tmp_path / "run"))
+    records = [json.loads(l) for l in RunDir(tmp_path / "run").metrics.read_text().splitlines()]
+    decays = [r for r in records if r["kind"] == "lr"]
+    assert decays and decays[0]["previous"] == 5.0 and decays[0]["lr"] == pytest.approx(0.5)

@@ -1,0 +1,89 @@
+"""evaluate, sample, boundaries and plot on a finished tiny run (stand-in model)."""
+import math
+import sys
+
+import numpy as np
+import pytest
+
+import train.plot
+from train.__main__ import main as train_main
+from train.boundaries import main as boundaries_main, render_terminal
+from train.evaluate import evaluate_tokens, main as evaluate_main
+from train.sample import generate, main as sample_main, pick
+from train.data import StreamBatcher, Vocabulary
+
+
+@pytest.fixture
+def run_dir(cfg, tmp_path, tiny_model):
+    out = tmp_path / "run"
+    assert train_main(["--config", str(cfg), "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+class Uniform:
+    """Predicts every symbol with equal probability: exactly log2(V) bits per character."""
+
+    def __init__(self, vocab_size):
+        self.v = vocab_size
+
+    def initial_state(self, batch):
+        return [{"h": np.zeros((batch, 1))}]
+
+    def __call__(self, tokens, state):
+        return np.zeros(tokens.shape + (self.v,)), state, None
+
+
+def test_evaluate_counts_every_character_once_and_reports_streams():
+    tokens = np.arange(103) % 7
+    result = evaluate_tokens(Uniform(7), tokens, batch_size=5, seq_len=4)
+    assert result.chars == 102 and result.streams == 5
+    assert result.bpc == pytest.approx(math.log2(7))
+    assert StreamBatcher(tokens, 5, 4).targets_per_epoch == 102
+
+
+def test_evaluate_cli(run_dir, capsys):
+    assert evaluate_main([str(run_dir), "--split", "test", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "test:" in out and "bits per character" in out and "streams" in out
+
+
+def test_sample_cli_and_temperature_zero_is_deterministic(run_dir, capsys):
+    assert sample_main([str(run_dir), "--prime", "the ", "--length", "25", "--temperature", "0"]) == 0
+    first = capsys.readouterr().out
+    assert sample_main([str(run_dir), "--prime", "the ", "--length", "25", "--temperature", "0"]) == 0
+    assert capsys.readouterr().out == first and first.startswith("the ") and len(first.rstrip("\n")) == 29
+
+
+def test_pick_follows_the_distribution():
+    rng = np.random.default_rng(0)
+    logits = np.log(np.array([0.2, 0.8]))
+    draws = [pick(logits, 1.0, rng) for _ in range(4000)]
+    assert abs(np.mean(draws) - 0.8) < 0.03
+    sharp = [pick(logits, 0.25, rng) for _ in range(2000)]  # p ∝ (0.2, 0.8)^4
+    assert abs(np.mean(sharp) - 256 / 257) < 0.01
+
+
+def test_boundaries_cli_prints_and_writes_html(run_dir, capsys):
+    assert boundaries_main([str(run_dir), "--text", "the cat sat", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "text    the cat sat" in out and "layer 1" in out
+    page = (run_dir / "boundaries.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page and "http" not in page
+    assert page.count('class="c"') == len("the cat sat")
+
+
+def test_render_terminal_marks_each_layer():
+    z = np.array([[1, 0], [0, 0], [1, 1]])
+    assert render_terminal(list("abc"), z) == "text    abc\nlayer 1 | |\nlayer 2   |"
+
+
+def test_plot_without_matplotlib_says_how_to_install(run_dir, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert train.plot.main([str(run_dir)]) == 1
+    assert "pip install 'minflux[plot]'" in capsys.readouterr().err
+
+
+def test_plot_with_matplotlib(run_dir):
+    pytest.importorskip("matplotlib")
+    path = train.plot.plot_run(run_dir)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,326 @@
+"""The training loop: truncated BPTT with Adam, validation, plateau decay, checkpoints, resume.
+
+Every step reads one window of B contiguous streams (see `train.data.batching`), computes the mean
+cross-entropy per character with `minflux.withgradient`, and updates the model with
+``chain(ClipNorm(clip_norm), Adam(lr))``. The recurrent state returned by the model is carried into the
+next window and reset to zeros at the start of each epoch. The HM-LSTM's boundary slope is annealed per
+epoch, ``a = min(5, 1 + 0.04 * epoch)``.
+
+Everything a run needs to continue exactly is in its ``latest`` checkpoint: parameters, optimiser
+state, data position (epoch, window), recurrent state, random generator, learning-rate schedule and
+best validation result. Ctrl-C or SIGTERM finish the current step, save, and stop; ``--resume`` then
+continues as if nothing had happened (after a hard kill it continues from the last checkpoint, and the
+steps after it are recomputed identically). A NaN or infinite loss or gradient stops the run before the
+parameters change, leaving the last good checkpoint as it was.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import minflux as mf
+
+from .checkpoint import load_checkpoint, save_checkpoint
+from .config import Config, dump_toml
+from .data import StreamBatcher
+from .evaluate import Evaluation, evaluate_tokens
+from .metrics import MetricsLog
+from .progress import progress_bar
+from .runs import RunDir, RunError, build_model, corpus_for, pick_device
+from .sample import generate
+
+log = logging.getLogger(__name__)
+
+LN2 = math.log(2)
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the gradient became NaN or infinite; the message says where and what to do."""
+
+
+def annealed_slope(epoch: int) -> float:
+    """The HM-LSTM slope annealing schedule ``min(5, 1 + 0.04 * epoch)``.
+
+    >>> annealed_slope(0), annealed_slope(25), annealed_slope(1000)
+    (1.0, 2.0, 5.0)
+    """
+    return min(5.0, 1.0 + 0.04 * epoch)
+
+
+@dataclass
+class Position:
+    """Where training stands: steps taken, and the next window to read."""
+
+    step: int = 0
+    epoch: int = 0
+    window: int = 0
+
+
+@dataclass
+class Outcome:
+    """What `train` returns: why it stopped, the last validation, and the run's files."""
+
+    run: RunDir
+    stopped: str                      # "finished", "max_steps", "time", "interrupted"
+    position: Position
+    valid: Evaluation | None = None
+    best_bpc: float | None = None
+    sample: str = ""
+    history: list = field(default_factory=list)
+
+
+class _StopFlag:
+    """Set by SIGINT / SIGTERM; a second Ctrl-C interrupts at once."""
+
+    def __init__(self):
+        self.reason = None
+
+    @contextlib.contextmanager
+    def installed(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+        def handler(signum, frame):
+            if self.reason is not None and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            self.reason = signal.Signals(signum).name
+            log.warning("%s received: finishing this step, saving a checkpoint and stopping "
+                        "(Ctrl-C again to abort without saving)", self.reason)
+
+        for s in previous:
+            signal.signal(s, handler)
+        try:
+            yield self
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+
+class Trainer:
+    """One run: builds data, model and optimiser from ``cfg`` and trains into ``run``."""
+
+    def __init__(self, cfg: Config, run: RunDir, resume: bool = False):
+        self.cfg, self.run, self.resume = cfg, run, resume
+        t = cfg.train
+        self.device = pick_device(t.device)
+        self.corpus = corpus_for(cfg)
+        self.vocab = self.corpus.vocab
+        self.batcher = StreamBatcher(self.corpus.split("train"), t.batch_size, t.seq_len, drop_tail=True)
+        self.valid_tokens = self.corpus.split("valid")
+        self.rng = np.random.default_rng(t.seed)
+        self.model = mf.to_device(build_model(cfg.model, len(self.vocab), self.rng), self.device)
+        rules = [mf.optim.ClipNorm(cfg.optim.clip_norm)] if cfg.optim.clip_norm > 0 else []
+        self.opt_state = mf.optim.setup(mf.optim.chain(*rules, mf.optim.Adam(lr=cfg.optim.lr)), self.model)
+        self.schedule = mf.optim.ReduceOnPlateau(lr=cfg.optim.lr, factor=1.0 / cfg.optim.plateau_factor,
+                                                 patience=cfg.optim.plateau_patience,
+                                                 lr_min=cfg.optim.min_lr)
+        self.position = Position()
+        self.state = None
+        self.best_bpc: float | None = None
+        self.elapsed = 0.0
+        self.metrics = MetricsLog(run.metrics)
+        self.stop = _StopFlag()
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def _meta(self) -> dict:
+        p = self.position
+        return dict(step=p.step, epoch=p.epoch, window=p.window, recurrent_state=self.state,
+                    rng=self.rng, schedule=self.schedule.state_dict(), best_bpc=self.best_bpc,
+                    elapsed=self.elapsed, vocabulary=self.vocab.to_json(), config=dump_toml(self.cfg),
+                    slope=float(getattr(self.model, "slope", 1.0)))
+
+    def save(self, which: str = "latest") -> None:
+        save_checkpoint(self.run.checkpoint(which), self.model, self.opt_state, **self._meta())
+
+    def restore(self) -> None:
+        file = self.run.latest
+        if not file.is_file():
+            raise RunError(f"--resume: {self.run} has no checkpoint ({file}); start it afresh without "
+                           "--resume")
+        meta = load_checkpoint(file, self.model, self.opt_state)
+        if meta["vocabulary"] != self.vocab.to_json():
+            raise RunError(f"--resume: the corpus now has a different vocabulary than the checkpoint "
+                           f"{file}; its data files changed")
+        self.position = Position(meta["step"], meta["epoch"], meta["window"])
+        state = meta["recurrent_state"]
+        self.state = None if state is None else mf.to_device(state, self.device)
+        self.rng = meta["rng"]
+        self.schedule.load_state_dict(meta["schedule"])
+        self.best_bpc, self.elapsed = meta["best_bpc"], meta["elapsed"]
+        self.metrics.truncate_after(self.position.step)
+        log.info("resumed %s at step %d (epoch %d, window %d of %d)", self.run, self.position.step,
+                 self.position.epoch, self.position.window, len(self.batcher))
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def _diverged(self, what: str) -> TrainingDiverged:
+        p = self.position
+        last = self.run.latest if self.run.latest.is_file() else None
+        where = (f"the last good checkpoint {last} is untouched; after changing the config, continue "
+                 f"from it with --resume") if last else "no checkpoint had been written yet"
+        return TrainingDiverged(
+            f"training stopped: {what} at step {p.step + 1} (epoch {p.epoch}, window {p.window}); the "
+            f"parameters were not updated and {where}. Try a smaller learning rate "
+            f"(--set optim.lr=...) or gradient clipping (--set optim.clip_norm=1.0).")
+
+    def train_step(self, window):
+        inputs, targets = mf.to_device((window.inputs, window.targets), self.device)
+        state = self.state
+
+        def loss_of(model):
+            logits, new_state, boundaries = model(inputs, state)
+            return mf.cross_entropy(logits, targets), new_state, boundaries
+
+        (loss, new_state, boundaries), (grads,) = mf.withgradient(loss_of, self.model)
+        loss = float(mf.to_numpy(loss))
+        if not math.isfinite(loss):
+            raise self._diverged(f"the loss is {loss}")
+        try:
+            mf.optim.update(self.opt_state, self.model, grads)
+        except FloatingPointError as exc:
+            raise self._diverged(f"the gradient is not finite ({exc})") from None
+        self.state = new_state
+        rates = None
+        if boundaries is not None and boundaries.shape[-1]:
+            rates = mf.to_numpy(boundaries).reshape(-1, boundaries.shape[-1]).mean(axis=0)
+        return loss, rates
+
+    def validate(self, max_chars: int | None = None) -> Evaluation:
+        t = self.cfg.train
+        return evaluate_tokens(self.model, self.valid_tokens, t.eval_batch_size or t.batch_size,
+                               t.seq_len, self.device, t.eval_chars if max_chars is None else max_chars)
+
+    def _after_validation(self, result: Evaluation) -> None:
+        p = self.position
+        improved = self.best_bpc is None or result.bpc < self.best_bpc
+        old_lr = self.schedule.lr
+        lr = self.schedule.step(result.bpc)
+        self.metrics.write("valid", step=p.step, epoch=p.epoch, bpc=result.bpc, chars=result.chars,
+                           streams=result.streams, lr=old_lr, best=improved)
+        log.info("step %d: validation %s%s", p.step, result, " (best so far)" if improved else "")
+        if lr != old_lr:
+            mf.optim.adjust(self.opt_state, lr=lr)
+            self.metrics.write("lr", step=p.step, lr=lr, previous=old_lr)
+            log.info("validation did not improve: learning rate %.3g -> %.3g", old_lr, lr)
+        if improved:
+            self.best_bpc = result.bpc
+            self.save("best")
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def _set_slope(self) -> None:
+        if self.cfg.train.slope_annealing and hasattr(self.model, "slope"):
+            self.model.slope = annealed_slope(self.position.epoch)
+
+    def _limits(self) -> tuple[int, float]:
+        t = self.cfg.train
+        total = t.epochs * len(self.batcher)
+        return (min(total, t.max_steps) if t.max_steps else total), (t.max_minutes * 60 or math.inf)
+
+    def fit(self) -> Outcome:
+        t = self.cfg.train
+        if self.resume:
+            self.restore()
+        total_steps, time_budget = self._limits()
+        p = self.position
+        log.info("%s | %s | %s parameters on %s | %d windows of %dx%d per epoch", self.run,
+                 self.corpus.summary(), f"{mf.nn.parameter_count(self.model):,}", self.device,
+                 len(self.batcher), t.batch_size, t.seq_len)
+        stopped = "finished"
+        window_loss, window_chars, window_rates, window_steps = 0.0, 0, None, 0
+        tick = time.perf_counter()
+        session_start = tick - self.elapsed
+        bar = progress_bar(total=total_steps, initial=p.step, desc=self.cfg.name, unit="step")
+        with bar, self.stop.installed():
+            while p.step < total_steps:
+                if p.window == 0 or self.state is None:
+                    self._set_slope()
+                    self.state = self.model.initial_state(t.batch_size)
+                window = self.batcher.window(p.window)
+                loss, rates = self.train_step(window)
+                p.step += 1
+                p.window += 1
+                epoch_done = p.window == len(self.batcher)
+                if epoch_done:
+                    p.epoch, p.window, self.state = p.epoch + 1, 0, None
+                now = time.perf_counter()
+                self.elapsed = now - session_start
+                window_loss += loss
+                window_chars += window.targets.size
+                window_steps += 1
+                if rates is not None:
+                    window_rates = rates if window_rates is None else window_rates + rates
+                if p.step % t.log_every == 0 or p.step == total_steps:
+                    speed = window_chars / max(now - tick, 1e-9)
+                    mean = window_loss / window_steps
+                    z = [] if window_rates is None else [round(float(r), 4) for r in window_rates / window_steps]
+                    self.metrics.write("train", step=p.step, epoch=p.epoch, loss=mean, bpc=mean / LN2,
+                                       chars_per_s=speed, lr=self.schedule.lr,
+                                       slope=float(getattr(self.model, "slope", 1.0)), boundary_rates=z,
+                                       seconds=self.elapsed)
+                    bar.set_postfix_str(f"loss {mean:.3f} bpc {mean / LN2:.3f} {speed:,.0f} char/s"
+                                        + (f" z {'/'.join(f'{r:.2f}' for r in z)}" if z else ""))
+                    window_loss, window_chars, window_rates, window_steps = 0.0, 0, None, 0
+                    tick = now
+                bar.update(1)
+                evaluated = False
+                if (t.eval_every and p.step % t.eval_every == 0) or (not t.eval_every and epoch_done):
+                    self._after_validation(self.validate())
+                    evaluated = True
+                    tick = time.perf_counter()  # validation time is not training speed
+                if evaluated or epoch_done or p.step % t.checkpoint_every == 0:
+                    self.save("latest")
+                if self.stop.reason:
+                    stopped = "interrupted"
+                    break
+                if self.elapsed >= time_budget:
+                    stopped = "time"
+                    break
+            else:
+                stopped = "max_steps" if t.max_steps and p.step >= t.max_steps else "finished"
+        self.save("latest")
+        return self._finish(stopped)
+
+    def _finish(self, stopped: str) -> Outcome:
+        outcome = Outcome(self.run, stopped, self.position, best_bpc=self.best_bpc)
+        if stopped == "interrupted":
+            self.metrics.write("end", step=self.position.step, stopped=stopped)
+            return outcome
+        result = self.validate(max_chars=0)
+        improved = self.best_bpc is None or result.bpc < self.best_bpc
+        if improved:
+            self.best_bpc = outcome.best_bpc = result.bpc
+            self.save("best")
+        s = self.cfg.sample
+        outcome.valid = result
+        outcome.sample = generate(self.model, self.vocab, s.prime, s.length, s.temperature,
+                                  np.random.default_rng(self.cfg.train.seed), self.device)
+        self.run.sample.write_text(s.prime + outcome.sample + "\n", encoding="utf-8")
+        self.metrics.write("end", step=self.position.step, stopped=stopped, valid_bpc=result.bpc,
+                           valid_chars=result.chars, streams=result.streams, best_bpc=self.best_bpc,
+                           seconds=self.elapsed)
+        return outcome
+
+
+def prepare_run(cfg: Config, run: RunDir, resume: bool) -> None:
+    """Create the run directory and write its config (refusing to overwrite another run)."""
+    if not resume and run.latest.is_file():
+        raise RunError(f"{run} already holds a run; continue it with --resume, or choose another --out")
+    run.create()
+    run.config.write_text(dump_toml(cfg), encoding="utf-8")
+
+
+def train(cfg: Config, run: RunDir, resume: bool = False) -> Outcome:
+    """Train ``cfg`` into run directory ``run`` (continuing its latest checkpoint when ``resume``)."""
+    prepare_run(cfg, run, resume)
+    return Trainer(cfg, run, resume).fit()

@@ -1,0 +1,87 @@
+"""Training and validation curves of a run as a PNG.
+
+    python -m train.plot RUN_DIR [--out FILE]
+
+Needs matplotlib (the optional ``plot`` extra: ``pip install 'minflux[plot]'``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .metrics import MetricsLog
+
+MISSING = ("python -m train.plot needs matplotlib, which is not installed. Install it with\n"
+           "    pip install 'minflux[plot]'     (or: pip install matplotlib)\n"
+           "The numbers themselves are in {metrics} (one JSON object per line).")
+
+
+def curves(records: list[dict]) -> dict:
+    """``{"train": (steps, bpc), "valid": (steps, bpc), "lr": (steps, lr)}`` from metrics records.
+
+    >>> curves([{"kind": "train", "step": 1, "bpc": 3.0, "lr": 0.1}, {"kind": "valid", "step": 1, "bpc": 2.5}])
+    {'train': ([1], [3.0]), 'valid': ([1], [2.5]), 'lr': ([1], [0.1])}
+    """
+    out = {"train": ([], []), "valid": ([], []), "lr": ([], [])}
+    for r in records:
+        if r.get("kind") in ("train", "valid") and isinstance(r.get("bpc"), (int, float)):
+            out[r["kind"]][0].append(r["step"])
+            out[r["kind"]][1].append(r["bpc"])
+        if r.get("kind") == "train" and "lr" in r:
+            out["lr"][0].append(r["step"])
+            out["lr"][1].append(r["lr"])
+    return out
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Write the curves of ``run_dir`` to ``out`` (default RUN_DIR/curves.png) and return its path."""
+    run_dir = Path(run_dir)
+    metrics = MetricsLog(run_dir / "metrics.jsonl")
+    if not metrics.path.is_file():
+        raise FileNotFoundError(f"{metrics.path} not found; is {run_dir} a run directory of python -m train?")
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise ImportError(MISSING.format(metrics=metrics.path)) from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = curves(metrics.read())
+    fig, (ax, ax_lr) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, height_ratios=(3, 1))
+    ax.plot(*data["train"], label="train", alpha=0.7)
+    ax.plot(*data["valid"], "o-", label="validation")
+    ax.set_ylabel("bits per character")
+    ax.set_title(run_dir.name)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax_lr.plot(*data["lr"], color="grey")
+    ax_lr.set_yscale("log")
+    ax_lr.set_ylabel("learning rate")
+    ax_lr.set_xlabel("step")
+    ax_lr.grid(alpha=0.3)
+    fig.tight_layout()
+    target = Path(out) if out else run_dir / "curves.png"
+    tmp = target.with_name(f"{target.stem}.tmp{os.getpid()}{target.suffix}")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, target)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train.plot", description=__doc__.split("\n")[0])
+    parser.add_argument("run_dir")
+    parser.add_argument("--out", default=None, help="PNG file to write (default RUN_DIR/curves.png)")
+    args = parser.parse_args(argv)
+    try:
+        print(f"wrote {plot_run(args.run_dir, args.out)}")
+    except (ImportError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

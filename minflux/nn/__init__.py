@@ -13,7 +13,7 @@ from .embedding import Embedding
 from .layernorm import LayerNorm
 from .lstm import LSTMCell
 from .module import Module, named_parameters, parameter_count, summary
-from .recurrence import Recurrence, unstack
+from .recurrence import Recurrence
 
 __all__ = ["Chain", "Dense", "Dropout", "Embedding", "LSTMCell", "LayerNorm", "Module", "Recurrence",
-           "init", "named_parameters", "parameter_count", "summary", "unstack"]
+           "init", "named_parameters", "parameter_count", "summary"]

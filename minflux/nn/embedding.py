@@ -39,7 +39,7 @@ class Embedding(Module):
         if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
             bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
             raise IndexError(f"{self._repr_head()} got id {bad}, outside [0, {vocab})")
-        return mf.getitem(self.W, ids)
+        return mf.take(self.W, ids, axis=0)
 
     def _repr_head(self) -> str:
         return f"Embedding({self.W.shape[0]} => {self.W.shape[1]})"

@@ -20,11 +20,6 @@ def lstm_update(a_i, a_f, a_g, a_o, c):
     return h_new, c_new
 
 
-def gate_blocks(pre, n: int, hidden: int) -> list:
-    """Split the last axis of ``pre`` into ``n`` consecutive blocks of width ``hidden``."""
-    return [pre[..., k * hidden:(k + 1) * hidden] for k in range(n)]
-
-
 class LSTMCell(Module):
     """An LSTM step (Hochreiter and Schmidhuber 1997, with forget gate): ``h, state = cell(x, state)``.
 
@@ -70,7 +65,7 @@ class LSTMCell(Module):
             state = self.initial_state(shape[:-1])
         h, c = state
         pre = mf.matmul(x, self.Wx) + mf.matmul(h, self.Wh) + self.b
-        a_i, a_f, a_g, a_o = gate_blocks(pre, 4, self.hidden)
+        a_i, a_f, a_g, a_o = mf.split(pre, 4, axis=-1)
         h_new, c_new = lstm_update(a_i, a_f, a_g, a_o, c)
         return h_new, (h_new, c_new)
 

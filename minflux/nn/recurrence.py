@@ -3,14 +3,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import minflux as mf
+
 from .module import Module
 
 
-def unstack(xs) -> list:
-    """The time steps of ``xs``: a list or tuple as it is, an array or Tensor split along axis 0."""
+def time_steps(xs) -> list:
+    """The steps of a sequence: a list or tuple as it is, an array or Tensor unstacked along axis 0."""
     if isinstance(xs, (list, tuple)):
         return list(xs)
-    return [xs[t] for t in range(xs.shape[0])]
+    return mf.unstack(xs, axis=0)
 
 
 class Recurrence(Module):
@@ -34,7 +36,7 @@ class Recurrence(Module):
 
     def __call__(self, xs, state: Any = None) -> tuple[list, Any]:
         outputs = []
-        for x in unstack(xs):
+        for x in time_steps(xs):
             y, state = self.cell(x, state)
             outputs.append(y)
         return outputs, state

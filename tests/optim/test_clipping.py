@@ -1,0 +1,69 @@
+"""Clipping by value and by the global norm of the whole gradient tree."""
+import math
+
+import numpy as np
+import pytest
+
+import minflux as mf
+from minflux import optim
+
+
+def test_global_norm_counts_tied_arrays_once_and_skips_none():
+    g = np.array([3.0, 4.0])
+    assert optim.global_norm({"a": g, "b": g, "c": None, "d": [np.array([12.0])]}) == 13.0
+
+
+def test_clip_by_global_norm_scales_every_array():
+    grads = {"a": np.array([3.0, 0.0]), "b": [np.array([[4.0]])]}
+    clipped, norm = optim.clip_by_global_norm(grads, 2.5)
+    assert norm == 5.0
+    np.testing.assert_allclose(clipped["a"], [1.5, 0.0])
+    np.testing.assert_allclose(clipped["b"][0], [[2.0]])
+    same, norm = optim.clip_by_global_norm(grads, 10.0)
+    assert same is grads and norm == 5.0
+
+
+def test_clip_norm_is_global_across_the_model():
+    model = {"a": np.zeros(2), "b": np.zeros(1)}
+    state = optim.setup(optim.chain(optim.ClipNorm(1.0), optim.Descent(1.0)), model)
+    optim.update(state, model, {"a": np.array([3.0, 0.0]), "b": np.array([4.0])})
+    np.testing.assert_allclose(model["a"], [-0.6, 0.0])   # each array by 1/5, not to norm 1 apiece
+    np.testing.assert_allclose(model["b"], [-0.8])
+    optim.update(state, model, {"a": np.array([0.3, 0.0]), "b": np.array([0.4])})
+    np.testing.assert_allclose(model["a"], [-0.9, 0.0])   # norm 0.5 < 1: unchanged
+
+
+def test_clip_norm_sees_the_gradient_after_earlier_rules_and_skips_frozen():
+    model = {"a": np.array([2.0]), "b": np.array([0.0]), "c": np.array([5.0])}
+    rule = optim.chain(optim.WeightDecay(1.0), optim.ClipNorm(1.0), optim.Descent(1.0))
+    state = optim.setup(rule, model)
+    optim.freeze(state["c"])
+    # after decay: a -> 1 + 2 = 3, b -> 4 + 0 = 4; norm 5 (c is frozen and not counted)
+    optim.update(state, model, {"a": np.array([1.0]), "b": np.array([4.0]), "c": np.array([100.0])})
+    np.testing.assert_allclose(model["a"], [2.0 - 0.6])
+    np.testing.assert_allclose(model["b"], [-0.8])
+    np.testing.assert_array_equal(model["c"], [5.0])
+
+
+def test_clip_norm_with_a_real_model_gradient():
+    r = np.random.default_rng(0)
+    m = mf.nn.Chain(mf.nn.Dense(3, 4, mf.tanh, rng=r, dtype=np.float64), mf.nn.Dense(4, 1, rng=r, dtype=np.float64))
+    x = r.standard_normal((8, 3))
+    (g,) = mf.gradient(lambda m: mf.sum(m(x) ** 2) * 100, m)
+    norm = math.sqrt(sum(float((a ** 2).sum()) for _, a in mf.nn.named_parameters(g)))
+    assert norm > 1
+    before = [a.copy() for a in m.parameters()]
+    state = optim.setup(optim.chain(optim.ClipNorm(1.0), optim.Descent(1.0)), m)
+    optim.update(state, m, g)
+    step = np.sqrt(sum(((b - a) ** 2).sum() for a, b in zip(m.parameters(), before)))
+    assert abs(step - 1.0) < 1e-12
+
+
+def test_non_finite_norm_raises_unless_allowed():
+    model = {"a": np.zeros(1)}
+    state = optim.setup(optim.chain(optim.ClipNorm(1.0), optim.Descent(1.0)), model)
+    with pytest.raises(FloatingPointError, match="nan"):
+        optim.update(state, model, {"a": np.array([np.nan])})
+    relaxed = optim.setup(optim.chain(optim.ClipNorm(1.0, throw=False), optim.Descent(1.0)), model)
+    optim.update(relaxed, model, {"a": np.array([np.inf])})
+    assert np.isneginf(model["a"][0])

@@ -8,7 +8,7 @@ import time
 
 from .config import ConfigError, load_config
 from .data import DatasetNotFoundError
-from .loop import TrainingDiverged, train
+from .loop import Trainer, TrainingDiverged, prepare_run
 from .progress import configure_logging
 from .runs import RunDir, RunError, latest_run_path, new_run_path
 
@@ -49,15 +49,25 @@ def resolve(args):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    run = None
     try:
+        level = logging.WARNING if args.quiet else logging.INFO
+        configure_logging(None, level)
         cfg, run = resolve(args)
-        run.create()
-        configure_logging(run.log, logging.WARNING if args.quiet else logging.INFO)
+        trainer = Trainer(cfg, run, args.resume)  # reads the data and builds the model first
+        prepare_run(cfg, run, args.resume)
+        configure_logging(run.log, level)
         started = time.perf_counter()
-        outcome = train(cfg, run, args.resume)
+        outcome = trainer.fit()
     except (ConfigError, DatasetNotFoundError, RunError, TrainingDiverged) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        if run is None:
+            return 130
+        print(f"\naborted without saving; the last checkpoint is in {run.checkpoints} "
+              f"(continue with: python -m train --out {run} --resume)", file=sys.stderr)
+        return 130
     took = time.perf_counter() - started
     p = outcome.position
     if outcome.stopped == "interrupted":

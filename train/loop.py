@@ -322,5 +322,6 @@ def prepare_run(cfg: Config, run: RunDir, resume: bool) -> None:
 
 def train(cfg: Config, run: RunDir, resume: bool = False) -> Outcome:
     """Train ``cfg`` into run directory ``run`` (continuing its latest checkpoint when ``resume``)."""
+    trainer = Trainer(cfg, run, resume)
     prepare_run(cfg, run, resume)
-    return Trainer(cfg, run, resume).fit()
+    return trainer.fit()

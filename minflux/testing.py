@@ -71,8 +71,8 @@ def check_grad(f: Callable, *args: Any, eps: float = 1e-6, rtol: float = 1e-5, a
                 got = g.reshape(-1)[i]
                 err = abs(got - numeric) / (atol + rtol * max(abs(numeric), abs(got)))
                 if not err <= worst[0]:
-                    index = np.unravel_index(i, leaf.shape)
-                    worst = (err, (position, name or "<array>", index, got, numeric))
+                    index = tuple(int(j) for j in np.unravel_index(i, leaf.shape))
+                    worst = (err, (position, name or "<array>", index, float(got), float(numeric)))
     if worst[1] is not None and not worst[0] <= 1:
         position, name, index, got, numeric = worst[1]
         raise GradientMismatch(f"gradient of argument {position}, leaf {name}, element {index}: "

@@ -11,10 +11,12 @@ import copy
 import types
 from typing import Any, Callable, Iterator
 
+import numpy as np
+
 from .backend import is_array
 
 _STATIC = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType, type,
-           str, bytes, int, float, complex, bool, type(None))
+           str, bytes, int, float, complex, bool, type(None), np.ufunc, np.dtype, np.generic)
 
 
 def is_leaf(x: Any) -> bool:
@@ -67,6 +69,9 @@ def rebuild(x: Any, new_children: dict) -> Any:
         out.update(new_children)
         return out
     out = copy.copy(x)
+    if out is x:
+        raise TypeError(f"cannot rebuild a {type(x).__name__}: copying it returns the same object, so "
+                        "replacing its arrays would modify the original")
     for k, v in new_children.items():
         object.__setattr__(out, k, v)
     return out
@@ -77,35 +82,45 @@ def map_arrays(fn: Callable, tree: Any, trainable_only: bool = False, _memo: dic
     """Rebuild ``tree`` with every leaf replaced by ``fn(leaf)``; a leaf seen twice maps once.
 
     Containers without leaves are returned as they are (not copied). When ``static`` is given, every
-    value that is neither a leaf nor a container (numbers, strings, functions) becomes ``static(value)``
-    too; gradients use it to put None where a model holds configuration.
+    value that is not a leaf and holds no leaf (numbers, strings, functions, containers of them)
+    becomes ``static(value)``; gradients use it to put None where a model holds configuration.
 
     >>> import minflux as mf, numpy as np
     >>> mf.tree.map_arrays(lambda a: a * 2, {"w": np.ones(2), "n": 3})
     {'w': array([2., 2.]), 'n': 3}
-    >>> mf.tree.map_arrays(lambda a: a * 2, {"w": np.ones(2), "n": 3}, static=lambda v: None)
-    {'w': array([2., 2.]), 'n': None}
+    >>> mf.tree.map_arrays(lambda a: a * 2, {"w": np.ones(2), "cfg": {"n": 3}}, static=lambda v: None)
+    {'w': array([2., 2.]), 'cfg': None}
     """
-    memo = {} if _memo is None else _memo
+    return _map(fn, tree, trainable_only, {} if _memo is None else _memo, static)[0]
+
+
+def _map(fn, tree, trainable_only, memo, static) -> tuple[Any, bool]:
+    """`map_arrays`, also saying whether ``tree`` holds a leaf; ``memo`` maps id to (tree, out, has_leaf)."""
     key = id(tree)
     if key in memo:
-        return memo[key][1]
+        _, out, has_leaf = memo[key]
+        return out, has_leaf
     if is_leaf(tree):
         out = fn(tree)
-        memo[key] = (tree, out)
-        return out
+        memo[key] = (tree, out, True)
+        return out, True
     kids = children(tree, trainable_only)
     if kids is None:
-        return tree if static is None else static(tree)
-    memo[key] = (tree, tree)  # breaks reference cycles
+        return (tree if static is None else static(tree)), False
+    memo[key] = (tree, tree, False)  # breaks reference cycles
     changed = {}
+    has_leaf = False
     for k, child in kids:
-        new = map_arrays(fn, child, trainable_only, memo, static)
+        new, child_has_leaf = _map(fn, child, trainable_only, memo, static)
+        has_leaf = has_leaf or child_has_leaf
         if new is not child:
             changed[k] = new
-    out = rebuild(tree, changed) if changed else tree
-    memo[key] = (tree, out)
-    return out
+    if not has_leaf:
+        out = tree if static is None else static(tree)
+    else:
+        out = rebuild(tree, changed) if changed else tree
+    memo[key] = (tree, out, has_leaf)
+    return out, has_leaf
 
 
 def named_leaves(tree: Any, trainable_only: bool = True, prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -30,10 +30,10 @@ def matmul(a, b):
     def vjp(g, needs):
         a2 = av[None, :] if av.ndim == 1 else av
         b2 = bv[:, None] if bv.ndim == 1 else bv
+        if bv.ndim == 1:  # restore the axes numpy dropped: the column of b first, then the row of a
+            g = xp.expand_dims(g, -1)
         if av.ndim == 1:
             g = xp.expand_dims(g, -2)
-        if bv.ndim == 1:
-            g = xp.expand_dims(g, -1)
         ga = gb = None
         if needs[0]:
             ga = sum_to(xp.matmul(g, xp.swapaxes(b2, -1, -2)), a2.shape).reshape(sa)

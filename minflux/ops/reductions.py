@@ -6,6 +6,8 @@ argument; the result is a valid subgradient and matches the forward-mode rule.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..autograd import record
 from ..backend import get_array_module
 from ._common import keepdims_shape, normalise_axes, value_of
@@ -104,7 +106,9 @@ def stable_logsumexp(xp, v, axes: tuple[int, ...]):
     """``log(sum(exp(v)))`` over ``axes`` with the reduced axes kept; exact for large ``|v|``."""
     peak = xp.max(v, axis=axes, keepdims=True)
     peak = xp.where(xp.isfinite(peak), peak, 0)  # all -inf (or an inf) would give inf - inf
-    return xp.log(xp.sum(xp.exp(v - peak), axis=axes, keepdims=True)) + peak
+    total = xp.sum(xp.exp(v - peak), axis=axes, keepdims=True)
+    with np.errstate(divide="ignore"):  # a sum of exp(-inf) is 0; its log is the correct -inf
+        return xp.log(total) + peak
 
 
 def logsumexp(x, axis=None, keepdims: bool = False):

@@ -16,7 +16,8 @@ class Embedding(Module):
     """Rows of ``W`` (shape ``(vocab_size, dim)``) picked by integer ids: ``ids.shape + (dim,)``.
 
     The gradient of a row picked several times is the sum over its uses. Ids must be integers in
-    ``[0, vocab_size)``; anything else is an error naming the offending value.
+    ``[0, vocab_size)``; on the host anything else is an error naming the offending value (ids on the
+    GPU are not range-checked, since that would read them back to the host on every call).
 
     >>> import numpy as np, minflux as mf
     >>> emb = mf.nn.Embedding(10, 4, rng=np.random.default_rng(0))
@@ -36,7 +37,7 @@ class Embedding(Module):
             raise TypeError(f"{self._repr_head()} takes integer ids, got dtype {ids.dtype}; convert "
                             f"with ids.astype(np.int64)")
         vocab = self.W.shape[0]
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        if xp is np and ids.size and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
             bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
             raise IndexError(f"{self._repr_head()} got id {bad}, outside [0, {vocab})")
         return mf.take(self.W, ids, axis=0)

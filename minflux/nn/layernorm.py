@@ -8,9 +8,9 @@ from .module import Module
 
 
 @mf.elementwise
-def normalise_affine(x, mean, var, eps, scale, shift):
-    """``(x - mean) / sqrt(var + eps) * scale + shift`` for one element."""
-    return (x - mean) / mf.sqrt(var + eps) * scale + shift
+def normalise_affine(centred, var, eps, scale, shift):
+    """``centred / sqrt(var + eps) * scale + shift`` for one element."""
+    return centred / mf.sqrt(var + eps) * scale + shift
 
 
 class LayerNorm(Module):
@@ -37,8 +37,8 @@ class LayerNorm(Module):
         centred = x - mean
         var = mf.mean(centred * centred, axis=-1, keepdims=True)
         if self.scale is None:
-            return normalise_affine(x, mean, var, self.eps, 1.0, 0.0)
-        return normalise_affine(x, mean, var, self.eps, self.scale, self.shift)
+            return normalise_affine(centred, var, self.eps, 1.0, 0.0)
+        return normalise_affine(centred, var, self.eps, self.scale, self.shift)
 
     def _repr_head(self) -> str:
         extra = "" if self.scale is not None else ", affine=False"

@@ -25,13 +25,19 @@ def scale_by(g, factor):
     return g * factor
 
 
-def _sum_of_squares(g) -> float:
+def _device_sum_of_squares(xp, g):
     flat = g.reshape(-1)
-    return float(xp_of(g).vdot(flat, flat).real)
+    return xp.vdot(flat, flat).real
+
+
+def _sum_of_squares(g) -> float:
+    return float(_device_sum_of_squares(xp_of(g), g))
 
 
 def global_norm(grads: Any) -> float:
     """The L2 norm of all arrays of a gradient tree together (tied arrays counted once, None skipped).
+
+    The result is a Python float (for CuPy arrays this reads the norm from the device).
 
     >>> import numpy as np, minflux as mf
     >>> mf.optim.global_norm({"a": np.array([3.0]), "b": np.array([4.0]), "c": None})
@@ -48,7 +54,8 @@ def clip_factor(norm: float, max_norm: float) -> float:
 def clip_by_global_norm(grads: Any, max_norm: float) -> tuple[Any, float]:
     """``(clipped_grads, norm)``: the tree scaled so its global norm is at most ``max_norm``.
 
-    Returns the norm before clipping (useful to log). `ClipNorm` does the same inside `optim.update`.
+    Returns the norm before clipping (read on the host, useful to log). `ClipNorm` does the same
+    inside `optim.update` without reading the norm on the host.
 
     >>> import numpy as np, minflux as mf
     >>> clipped, norm = mf.optim.clip_by_global_norm([np.array([3.0]), np.array([4.0])], 1.0)
@@ -83,9 +90,10 @@ class ClipNorm(GlobalRule):
     """Scale all gradients by ``max_norm / norm`` when their global L2 norm exceeds ``max_norm``.
 
     The norm is taken over every parameter this rule updates in one `optim.update` call (frozen
-    parameters and parameters without a gradient excluded), as in Pascanu et al. (2013). A NaN or
-    infinite norm raises ``FloatingPointError`` unless ``throw=False`` (then the gradients pass
-    unchanged).
+    parameters and parameters without a gradient excluded), as in Pascanu et al. (2013). On the GPU
+    the norm and the factor stay on the device (no synchronisation), so a NaN or infinite norm
+    passes through (an infinite one zeroes the finite elements); ``throw=True`` instead raises
+    ``FloatingPointError`` for such a norm, which reads it on the host once per update.
 
     >>> import numpy as np, minflux as mf
     >>> model = {"a": np.zeros(1), "b": np.zeros(1)}
@@ -96,17 +104,23 @@ class ClipNorm(GlobalRule):
     """
 
     max_norm: float = 1.0
-    throw: bool = True
+    throw: bool = False
 
     def apply_all(self, states, params, grads):
-        norm = math.sqrt(sum(_sum_of_squares(g) for g in grads))
-        if not np.isfinite(norm):
-            if self.throw:
+        xp = xp_of(*grads)
+        if xp is np or self.throw:
+            norm = math.sqrt(sum(_sum_of_squares(g) for g in grads))
+            if self.throw and not math.isfinite(norm):
                 raise FloatingPointError(f"ClipNorm: the global gradient norm is {norm}; a NaN or "
-                                         "infinity reached the gradients (use ClipNorm(throw=False) "
-                                         "to let them through)")
-            return list(states), list(grads)
-        factor = clip_factor(norm, self.max_norm)
-        if factor == 1.0:
-            return list(states), list(grads)
+                                         "infinity reached the gradients")
+            factor = clip_factor(norm, self.max_norm) if math.isfinite(norm) else \
+                (0.0 if norm == math.inf else math.nan)
+            if factor == 1.0:
+                return list(states), list(grads)
+            if not math.isfinite(norm):
+                with np.errstate(invalid="ignore"):
+                    return list(states), [scale_by(g, factor) for g in grads]
+        else:
+            norm = xp.sqrt(sum(_device_sum_of_squares(xp, g) for g in grads))
+            factor = xp.minimum(1.0, self.max_norm / xp.maximum(norm, 1e-30))
         return list(states), [scale_by(g, factor) for g in grads]

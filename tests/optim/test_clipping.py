@@ -59,11 +59,32 @@ def test_clip_norm_with_a_real_model_gradient():
     assert abs(step - 1.0) < 1e-12
 
 
-def test_non_finite_norm_raises_unless_allowed():
+def test_non_finite_norm_passes_through_or_raises_on_request():
+    model = {"a": np.zeros(2)}
+    relaxed = optim.setup(optim.chain(optim.ClipNorm(1.0), optim.Descent(1.0)), model)
+    optim.update(relaxed, model, {"a": np.array([np.inf, 3.0])})
+    assert np.isnan(model["a"][0]) and model["a"][1] == 0.0   # factor max_norm / inf = 0
     model = {"a": np.zeros(1)}
-    state = optim.setup(optim.chain(optim.ClipNorm(1.0), optim.Descent(1.0)), model)
+    strict = optim.setup(optim.chain(optim.ClipNorm(1.0, throw=True), optim.Descent(1.0)), model)
     with pytest.raises(FloatingPointError, match="nan"):
-        optim.update(state, model, {"a": np.array([np.nan])})
-    relaxed = optim.setup(optim.chain(optim.ClipNorm(1.0, throw=False), optim.Descent(1.0)), model)
-    optim.update(relaxed, model, {"a": np.array([np.inf])})
-    assert np.isneginf(model["a"][0])
+        optim.update(strict, model, {"a": np.array([np.nan])})
+    assert model["a"][0] == 0.0
+
+
+@pytest.mark.parametrize("max_norm", [2.5, 10.0, 0.0])
+def test_clip_norm_device_path_matches_the_host_path(monkeypatch, max_norm):
+    """The path taken for CuPy arrays (no host read), run here with numpy functions as the module."""
+    import types
+
+    import minflux.optim.clipping as clipping
+
+    grads = [np.array([3.0, 0.0]), np.array([[4.0]])]
+    rule = optim.ClipNorm(max_norm)
+    _, host = rule.apply_all([(), ()], [None, None], grads)
+    device_like = types.SimpleNamespace(sqrt=np.sqrt, minimum=np.minimum, maximum=np.maximum, vdot=np.vdot)
+    monkeypatch.setattr(clipping, "xp_of", lambda *arrays: device_like)
+    _, device = rule.apply_all([(), ()], [None, None], grads)
+    for a, b in zip(host, device):
+        np.testing.assert_array_equal(a, b)
+    if max_norm == 2.5:
+        np.testing.assert_array_equal(device[0], [1.5, 0.0])

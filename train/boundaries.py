@@ -25,7 +25,16 @@ LAYER_COLOURS = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b
 
 
 def boundary_values(model, vocab: Vocabulary, text: str, device: str = "cpu"):
-    """``(tokens, z)``: the tokens of ``text`` and z of shape (len(tokens), layers - 1) in {0, 1}."""
+    """``(tokens, z)``: the tokens of ``text`` and z of shape (len(tokens), layers - 1) in {0, 1}.
+
+    >>> class FiresOnSpace:  # a stand-in model whose one boundary detector fires after a space (token 0)
+    ...     def initial_state(self, batch): return []
+    ...     def __call__(self, tokens, state):
+    ...         return None, state, (tokens == 0)[..., None].astype(float)
+    >>> tokens, z = boundary_values(FiresOnSpace(), Vocabulary.from_text(" ab"), "ab ab")
+    >>> z[:, 0].tolist()
+    [0.0, 0.0, 1.0, 0.0, 0.0]
+    """
     tokens = prime_tokens(vocab, text) if text else None
     if tokens is None or len(tokens) == 0:
         raise ValueError("--text must not be empty")
@@ -70,7 +79,12 @@ def render_terminal(symbols: list[str], z: np.ndarray, width: int = 80) -> str:
 
 
 def render_html(symbols: list[str], z: np.ndarray, title: str = "HM-LSTM boundaries") -> str:
-    """A self-contained HTML page: each character with one coloured bar per layer where z = 1."""
+    """A self-contained HTML page: each character with one coloured bar per layer where z = 1.
+
+    >>> page = render_html(list("ab"), np.array([[1.0], [0.0]]))
+    >>> page.count('class="z on1"'), "layer 1: z = 1 on 50.0% of characters" in page
+    (1, True)
+    """
     layers = z.shape[1]
     rates = z.mean(axis=0) if len(z) else np.zeros(layers)
     style = ["body{font-family:sans-serif;margin:1.5em}",
@@ -98,7 +112,13 @@ def render_html(symbols: list[str], z: np.ndarray, title: str = "HM-LSTM boundar
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    """Write ``text`` to ``path`` through a temporary file and a rename.
+
+    >>> import tempfile
+    >>> target = Path(tempfile.mkdtemp()) / "page.html"
+    >>> write_atomically(target, "<p>hi</p>"); target.read_text()
+    '<p>hi</p>'
+    """
     path = Path(path)
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")

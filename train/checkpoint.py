@@ -13,7 +13,20 @@ import minflux as mf
 
 
 def save_checkpoint(path: str | Path, model, opt_state, **meta) -> Path:
-    """Save ``model``, ``opt_state`` and metadata (arrays, Generators and JSON-able values) atomically."""
+    """Save ``model``, ``opt_state`` and metadata (arrays, Generators and JSON-able values) atomically.
+
+    >>> import tempfile, numpy as np
+    >>> model = {"w": np.arange(3.0)}
+    >>> opt_state = mf.optim.setup(mf.optim.Adam(), model)
+    >>> path = save_checkpoint(Path(tempfile.mkdtemp()) / "c.h5", model, opt_state, step=7,
+    ...                        recurrent_state=[{"h": np.ones((2, 3))}])
+    >>> fresh = {"w": np.zeros(3)}
+    >>> meta = load_checkpoint(path, fresh, mf.optim.setup(mf.optim.Adam(), fresh))
+    >>> meta["step"], fresh["w"].tolist(), meta["recurrent_state"][0]["h"].shape
+    (7, [0.0, 1.0, 2.0], (2, 3))
+    >>> read_meta(path)["step"]
+    7
+    """
     return Path(mf.save(str(path), model=model, opt_state=opt_state, **meta))
 
 

@@ -26,6 +26,7 @@ class ConfigError(ValueError):
 
 
 def choice(default, *choices):
+    """A dataclass field whose value must be one of ``choices``."""
     return field(default=default, metadata={"choices": choices})
 
 
@@ -95,7 +96,12 @@ class SampleConfig:
 
 @dataclass
 class Config:
-    """A whole experiment."""
+    """A whole experiment: ``name`` and the ``[data]``, ``[model]``, ``[optim]``, ``[train]`` and
+    ``[sample]`` tables.
+
+    >>> Config().train.seq_len, Config().model.kind
+    (100, 'hmlstm')
+    """
 
     name: str = "experiment"
     data: DataConfig = field(default_factory=DataConfig)
@@ -220,7 +226,11 @@ def _merge(base: dict, patch: dict) -> dict:
 
 
 def to_dict(cfg) -> dict:
-    """The config as nested plain dicts (JSON- and TOML-ready)."""
+    """The config as nested plain dicts (JSON- and TOML-ready).
+
+    >>> to_dict(Config())["optim"]["clip_norm"]
+    1.0
+    """
     return dataclasses.asdict(cfg)
 
 

@@ -45,6 +45,7 @@ class TrainingDiverged(RuntimeError):
     """The loss or the gradient became NaN or infinite; the message says where and what to do."""
 
 
+
 def annealed_slope(epoch: int) -> float:
     """The HM-LSTM slope annealing schedule ``min(5, 1 + 0.04 * epoch)``.
 
@@ -103,6 +104,34 @@ class _StopFlag:
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)
+
+
+class _Meter:
+    """Means over the steps between two log lines: loss, characters per second, boundary rates."""
+
+    def __init__(self):
+        self._reset()
+
+    def _reset(self):
+        self.loss, self.chars, self.steps, self.rates = 0.0, 0, 0, None
+        self.start, self.paused = time.perf_counter(), 0.0
+
+    def add(self, loss: float, chars: int, rates) -> None:
+        self.loss, self.chars, self.steps = self.loss + loss, self.chars + chars, self.steps + 1
+        if rates is not None:
+            self.rates = rates if self.rates is None else self.rates + rates
+
+    def pause(self, seconds: float) -> None:
+        self.paused += seconds
+
+    def take(self) -> dict:
+        """The summary since the last ``take``, and a fresh start."""
+        seconds = max(time.perf_counter() - self.start - self.paused, 1e-9)
+        mean = self.loss / max(self.steps, 1)
+        rates = [] if self.rates is None else [round(float(r), 4) for r in self.rates / self.steps]
+        out = dict(loss=mean, bpc=mean / LN2, chars_per_s=self.chars / seconds, boundary_rates=rates)
+        self._reset()
+        return out
 
 
 class Trainer:
@@ -228,6 +257,7 @@ class Trainer:
         return (min(total, t.max_steps) if t.max_steps else total), (t.max_minutes * 60 or math.inf)
 
     def fit(self) -> Outcome:
+        """Train until the epochs, ``max_steps`` or ``max_minutes`` run out, or a signal arrives."""
         t = self.cfg.train
         if self.resume:
             self.restore()
@@ -236,10 +266,9 @@ class Trainer:
         log.info("%s | %s | %s parameters on %s | %d windows of %dx%d per epoch", self.run,
                  self.corpus.summary(), f"{mf.nn.parameter_count(self.model):,}", self.device,
                  len(self.batcher), t.batch_size, t.seq_len)
-        stopped = "finished"
-        window_loss, window_chars, window_rates, window_steps = 0.0, 0, None, 0
-        tick = time.perf_counter()
-        session_start = tick - self.elapsed
+        stopped = "max_steps" if t.max_steps and total_steps == t.max_steps else "finished"
+        meter = _Meter()
+        session_start = time.perf_counter() - self.elapsed
         bar = progress_bar(total=total_steps, initial=p.step, desc=self.cfg.name, unit="step")
         with bar, self.stop.installed():
             while p.step < total_steps:
@@ -248,37 +277,21 @@ class Trainer:
                     self.state = self.model.initial_state(t.batch_size)
                 window = self.batcher.window(p.window)
                 loss, rates = self.train_step(window)
-                p.step += 1
-                p.window += 1
+                p.step, p.window = p.step + 1, p.window + 1
                 epoch_done = p.window == len(self.batcher)
                 if epoch_done:
                     p.epoch, p.window, self.state = p.epoch + 1, 0, None
-                now = time.perf_counter()
-                self.elapsed = now - session_start
-                window_loss += loss
-                window_chars += window.targets.size
-                window_steps += 1
-                if rates is not None:
-                    window_rates = rates if window_rates is None else window_rates + rates
+                self.elapsed = time.perf_counter() - session_start
+                meter.add(loss, window.targets.size, rates)
                 if p.step % t.log_every == 0 or p.step == total_steps:
-                    speed = window_chars / max(now - tick, 1e-9)
-                    mean = window_loss / window_steps
-                    z = [] if window_rates is None else [round(float(r), 4) for r in window_rates / window_steps]
-                    self.metrics.write("train", step=p.step, epoch=p.epoch, loss=mean, bpc=mean / LN2,
-                                       chars_per_s=speed, lr=self.schedule.lr,
-                                       slope=float(getattr(self.model, "slope", 1.0)), boundary_rates=z,
-                                       seconds=self.elapsed)
-                    bar.set_postfix_str(f"loss {mean:.3f} bpc {mean / LN2:.3f} {speed:,.0f} char/s"
-                                        + (f" z {'/'.join(f'{r:.2f}' for r in z)}" if z else ""))
-                    window_loss, window_chars, window_rates, window_steps = 0.0, 0, None, 0
-                    tick = now
+                    self._log_training(meter.take(), bar)
                 bar.update(1)
-                evaluated = False
-                if (t.eval_every and p.step % t.eval_every == 0) or (not t.eval_every and epoch_done):
+                due = (t.eval_every and p.step % t.eval_every == 0) or (not t.eval_every and epoch_done)
+                if due:
+                    began = time.perf_counter()
                     self._after_validation(self.validate())
-                    evaluated = True
-                    tick = time.perf_counter()  # validation time is not training speed
-                if evaluated or epoch_done or p.step % t.checkpoint_every == 0:
+                    meter.pause(time.perf_counter() - began)  # validation is not training speed
+                if due or epoch_done or p.step % t.checkpoint_every == 0:
                     self.save("latest")
                 if self.stop.reason:
                     stopped = "interrupted"
@@ -286,10 +299,17 @@ class Trainer:
                 if self.elapsed >= time_budget:
                     stopped = "time"
                     break
-            else:
-                stopped = "max_steps" if t.max_steps and p.step >= t.max_steps else "finished"
         self.save("latest")
         return self._finish(stopped)
+
+    def _log_training(self, summary: dict, bar) -> None:
+        p = self.position
+        self.metrics.write("train", step=p.step, epoch=p.epoch, **summary, lr=self.schedule.lr,
+                           slope=float(getattr(self.model, "slope", 1.0)), seconds=self.elapsed)
+        z = summary["boundary_rates"]
+        bar.set_postfix_str(f"loss {summary['loss']:.3f} bpc {summary['bpc']:.3f} "
+                            f"{summary['chars_per_s']:,.0f} char/s"
+                            + (f" z {'/'.join(f'{r:.2f}' for r in z)}" if z else ""))
 
     def _finish(self, stopped: str) -> Outcome:
         outcome = Outcome(self.run, stopped, self.position, best_bpc=self.best_bpc)
@@ -321,7 +341,16 @@ def prepare_run(cfg: Config, run: RunDir, resume: bool) -> None:
 
 
 def train(cfg: Config, run: RunDir, resume: bool = False) -> Outcome:
-    """Train ``cfg`` into run directory ``run`` (continuing its latest checkpoint when ``resume``)."""
+    """Train ``cfg`` into run directory ``run`` (continuing its latest checkpoint when ``resume``).
+
+    What ``python -m train`` does, minus the printing::
+
+        from train.config import load_config
+        from train.loop import train
+        from train.runs import RunDir
+        outcome = train(load_config("default", ["train.max_steps=100"]), RunDir("runs/try"))
+        print(outcome.valid, outcome.sample)
+    """
     trainer = Trainer(cfg, run, resume)
     prepare_run(cfg, run, resume)
     return trainer.fit()

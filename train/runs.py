@@ -65,7 +65,11 @@ class RunDir:
 
 
 def new_run_path(cfg: Config, root: str | Path = "runs") -> Path:
-    """``runs/<name>-YYYYmmdd-HHMMSS`` (a numeric suffix keeps it unique)."""
+    """``runs/<name>-YYYYmmdd-HHMMSS`` (a numeric suffix keeps it unique).
+
+    >>> new_run_path(Config(name="ptb")).parent.name, new_run_path(Config(name="ptb")).name[:4]
+    ('runs', 'ptb-')
+    """
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = Path(root) / f"{cfg.name}-{stamp}"
     n = 1
@@ -76,7 +80,12 @@ def new_run_path(cfg: Config, root: str | Path = "runs") -> Path:
 
 
 def latest_run_path(cfg: Config, root: str | Path = "runs") -> Path | None:
-    """The most recently modified run of config ``cfg.name`` under ``root``, if any."""
+    """The most recently modified run of config ``cfg.name`` under ``root``, if any.
+
+    >>> import tempfile
+    >>> latest_run_path(Config(name="none"), tempfile.mkdtemp()) is None
+    True
+    """
     runs = [p for p in Path(root).glob(f"{cfg.name}-*") if (p / "config.toml").is_file()]
     return max(runs, key=lambda p: p.stat().st_mtime) if runs else None
 

@@ -52,7 +52,14 @@ def pick(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> in
 
 def generate(model, vocab: Vocabulary, prime: str = "", length: int = 200, temperature: float = 1.0,
              rng: np.random.Generator | None = None, device: str = "cpu") -> str:
-    """``length`` characters that ``model`` continues ``prime`` with (the prime is not included)."""
+    """``length`` characters that ``model`` continues ``prime`` with (the prime is not included).
+
+    >>> class AlwaysB:  # logits that favour "b" whatever the input
+    ...     def initial_state(self, batch): return [np.zeros((batch, 1))]
+    ...     def __call__(self, tokens, state): return np.tile([0.0, 9.0], tokens.shape + (1,)), state, None
+    >>> generate(AlwaysB(), Vocabulary.from_text("ab"), prime="a", length=3, temperature=0)
+    'bbb'
+    """
     rng = np.random.default_rng() if rng is None else rng
     tokens = prime_tokens(vocab, prime)
     out = []

@@ -40,3 +40,7 @@ from . import nn, optim  # noqa: E402  (layers and optimisers build on everythin
 from .io import load, save  # noqa: E402
 
 __all__ += ["load", "nn", "optim", "save"]
+
+from .transfer_guard import HostTransferError, no_host_transfers  # noqa: E402
+
+__all__ += ["HostTransferError", "no_host_transfers"]

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import minflux as mf
 
-from .rule import Rule, assign, xp_of
+from .rule import Rule, xp_of
 
 
 @mf.elementwise
@@ -60,8 +60,7 @@ class RMSProp(Rule):
 
     def apply(self, state, param, grad):
         delta, acc = rmsprop_step(grad, state, self.lr, self.rho, self.eps)
-        assign(state, acc)
-        return state, delta
+        return acc, delta
 
 
 @dataclass(frozen=True)
@@ -83,8 +82,7 @@ class AdaGrad(Rule):
 
     def apply(self, state, param, grad):
         delta, acc = adagrad_step(grad, state, self.lr, self.eps)
-        assign(state, acc)
-        return state, delta
+        return acc, delta
 
 
 @dataclass(frozen=True)
@@ -114,9 +112,7 @@ class Adam(Rule):
         t += 1
         delta, m_new, v_new = adam_step(grad, m, v, self.lr, self.beta1, self.beta2, self.eps,
                                         1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t)
-        assign(m, m_new)
-        assign(v, v_new)
-        return (m, v, t), delta
+        return (m_new, v_new, t), delta
 
 
 @dataclass(frozen=True)
@@ -145,6 +141,4 @@ class AdamW(Rule):
         t += 1
         delta, m_new, v_new = adamw_step(grad, param, m, v, self.lr, self.beta1, self.beta2, self.eps,
                                          1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t, self.decay)
-        assign(m, m_new)
-        assign(v, v_new)
-        return (m, v, t), delta
+        return (m_new, v_new, t), delta

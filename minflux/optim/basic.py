@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import minflux as mf
 
-from .rule import Rule, assign, xp_of
+from .rule import Rule, xp_of
 
 
 @mf.elementwise
@@ -65,8 +65,7 @@ class Momentum(Rule):
 
     def apply(self, state, param, grad):
         v = momentum_step(grad, state, self.lr, self.rho)
-        assign(state, v)
-        return state, v
+        return v, v
 
 
 @dataclass(frozen=True)
@@ -88,5 +87,4 @@ class Nesterov(Rule):
 
     def apply(self, state, param, grad):
         delta, v = nesterov_step(grad, state, self.lr, self.rho)
-        assign(state, v)
-        return state, delta
+        return v, delta

@@ -1,9 +1,9 @@
 """The optimisation-rule protocol: small frozen objects that turn a gradient into an update.
 
 A rule has ``init(param) -> state`` and ``apply(state, param, grad) -> (state, delta)``; the update
-subtracts ``delta`` from the parameter (as in Optimisers.jl, so rules compose: each one's delta is
-the next one's gradient). ``apply`` may update the state's arrays in place and must not modify
-``param`` or ``grad``. A `GlobalRule` sees every parameter of the tree at once (global-norm clipping).
+subtracts ``delta`` from the parameter in place (as in Optimisers.jl, so rules compose: each one's
+delta is the next one's gradient). ``apply`` returns the new state (new arrays from its kernel; the
+old state is not modified) and must not modify ``param`` or ``grad``. A `GlobalRule` sees every parameter of the tree at once (global-norm clipping).
 """
 from __future__ import annotations
 
@@ -114,8 +114,3 @@ def hyperparameters(rule: Rule) -> dict:
 def xp_of(*arrays):
     """The array module of a rule's arrays (numpy or CuPy)."""
     return mf.get_array_module(*arrays, op="an optimiser update")
-
-
-def assign(target, value) -> None:
-    """Write ``value`` into the state array ``target`` in place."""
-    target[...] = value

@@ -4,7 +4,8 @@
 names, lists / tuples / dicts stay lists / tuples / dicts, and each trainable float array becomes a
 `Leaf` holding the rule, its state and a frozen flag. Branches without parameters are left out, and a
 tied array (the same array in two places) gets one `Leaf` seen from both places, so it is updated once
-with one state. ``update`` changes the model's arrays and the state in place.
+with one state. ``update`` changes the model's arrays in place and replaces each leaf's state with the new state
+its rule returns.
 """
 from __future__ import annotations
 

@@ -102,13 +102,15 @@ def test_clip_value_then_descent():
           [[0.0, 2.5], [-0.5, 2.5], [0.5, 1.0]])
 
 
-def test_adam_state_counts_steps_and_keeps_its_arrays():
+def test_adam_state_holds_the_moments_and_counts_steps():
     x = np.ones(2)
     state = optim.setup(optim.Adam(), x)
-    m, v, t = state.state
     optim.update(state, x, G[0])
-    assert state.state[2] == 1 and state.state[0] is m and state.state[1] is v
-    np.testing.assert_allclose(m, 0.1 * G[0])
+    optim.update(state, x, G[1])
+    m, v, t = state.state
+    assert t == 2
+    np.testing.assert_allclose(m, 0.9 * 0.1 * G[0] + 0.1 * G[1], rtol=1e-14)
+    np.testing.assert_allclose(v, 0.999 * 0.001 * G[0] ** 2 + 0.001 * G[1] ** 2, rtol=1e-14)
 
 
 @pytest.mark.parametrize("rule", [optim.Descent(0.1), optim.Momentum(), optim.Nesterov(), optim.RMSProp(),

@@ -19,12 +19,13 @@ MISSING = ("python -m train.plot needs matplotlib, which is not installed. Insta
 
 
 def curves(records: list[dict]) -> dict:
-    """``{"train": (steps, bpc), "valid": (steps, bpc), "lr": (steps, lr)}`` from metrics records.
+    """``{"train": (steps, bpc), "valid": ..., "lr": ..., "z": (steps, per-layer rates)}`` from metrics.
 
-    >>> curves([{"kind": "train", "step": 1, "bpc": 3.0, "lr": 0.1}, {"kind": "valid", "step": 1, "bpc": 2.5}])
-    {'train': ([1], [3.0]), 'valid': ([1], [2.5]), 'lr': ([1], [0.1])}
+    >>> curves([{"kind": "train", "step": 1, "bpc": 3.0, "lr": 0.1, "boundary_rates": [0.2]},
+    ...         {"kind": "valid", "step": 1, "bpc": 2.5}])
+    {'train': ([1], [3.0]), 'valid': ([1], [2.5]), 'lr': ([1], [0.1]), 'z': ([1], [[0.2]])}
     """
-    out = {"train": ([], []), "valid": ([], []), "lr": ([], [])}
+    out = {"train": ([], []), "valid": ([], []), "lr": ([], []), "z": ([], [])}
     for r in records:
         if r.get("kind") in ("train", "valid") and isinstance(r.get("bpc"), (int, float)):
             out[r["kind"]][0].append(r["step"])
@@ -32,6 +33,9 @@ def curves(records: list[dict]) -> dict:
         if r.get("kind") == "train" and "lr" in r:
             out["lr"][0].append(r["step"])
             out["lr"][1].append(r["lr"])
+        if r.get("kind") == "train" and r.get("boundary_rates"):
+            out["z"][0].append(r["step"])
+            out["z"][1].append(r["boundary_rates"])
     return out
 
 
@@ -49,7 +53,10 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     import matplotlib.pyplot as plt
 
     data = curves(metrics.read())
-    fig, (ax, ax_lr) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, height_ratios=(3, 1))
+    rows = 3 if data["z"][0] else 2
+    fig, axes = plt.subplots(rows, 1, figsize=(8, 2 + 2 * rows), sharex=True,
+                             height_ratios=(3, 1, 1.5)[:rows])
+    ax, ax_lr = axes[0], axes[1]
     ax.plot(*data["train"], label="train", alpha=0.7)
     ax.plot(*data["valid"], "o-", label="validation")
     ax.set_ylabel("bits per character")
@@ -59,8 +66,16 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     ax_lr.plot(*data["lr"], color="grey")
     ax_lr.set_yscale("log")
     ax_lr.set_ylabel("learning rate")
-    ax_lr.set_xlabel("step")
     ax_lr.grid(alpha=0.3)
+    if rows == 3:
+        steps, rates = data["z"]
+        for layer, series in enumerate(zip(*rates)):
+            axes[2].plot(steps, series, label=f"layer {layer + 1}")
+        axes[2].set_ylabel("z = 1 rate")
+        axes[2].set_ylim(0, 1)
+        axes[2].grid(alpha=0.3)
+        axes[2].legend(loc="upper right", fontsize="small")
+    axes[-1].set_xlabel("step")
     fig.tight_layout()
     target = Path(out) if out else run_dir / "curves.png"
     tmp = target.with_name(f"{target.stem}.tmp{os.getpid()}{target.suffix}")

@@ -81,3 +81,9 @@ def test_float32_reductions_keep_float32(rng):
     x = rng.standard_normal((3, 4)).astype(np.float32)
     for op in (mf.sum, mf.mean, mf.max, mf.logsumexp):
         assert mf.gradient(lambda x: mf.sum(op(x, axis=1)), x)[0].dtype == np.float32
+
+
+def test_numbers_and_lists_are_accepted():
+    assert float(mf.sum([[1.0, 2.0], [3.0, 4.0]])) == 10.0
+    assert float(mf.mean(3.0)) == 3.0
+    np.testing.assert_array_equal(mf.reshape([1.0, 2.0], (2, 1)), [[1.0], [2.0]])

@@ -1,12 +1,17 @@
 """Helpers shared by the structural ops: argument values, axis normalisation, shape messages."""
 from __future__ import annotations
 
+import numpy as np
+
+from ..backend import is_array
 from ..tensor import Tensor
 
 
 def value_of(x):
-    """The array inside a Tensor, or ``x`` itself."""
-    return x.value if isinstance(x, Tensor) else x
+    """The array inside a Tensor, an array itself, or a number or nested list as a numpy array."""
+    if isinstance(x, Tensor):
+        return x.value
+    return x if is_array(x) else np.asarray(x)
 
 
 def shape_of(x) -> tuple:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from ..autograd import IndexedGrad, record
 from ..backend import get_array_module, is_array
+from ..tensor import Tensor
 from ._common import normalise_axis, value_of
 
 
 def _plain_index(item, xp):
-    item = value_of(item)
+    if isinstance(item, Tensor):
+        return item.value
     if isinstance(item, list):
         return xp.asarray(item)
     return item

@@ -32,7 +32,7 @@ from .tree import named_leaves
 FORMAT = "minflux-checkpoint"
 FORMAT_VERSION = 1
 
-__all__ = ["CheckpointError", "CheckpointMismatch", "FORMAT_VERSION", "load", "read", "save"]
+__all__ = ["Checkpoint", "CheckpointError", "CheckpointMismatch", "FORMAT_VERSION", "load", "read", "save"]
 
 
 class CheckpointError(ValueError):
@@ -89,12 +89,11 @@ def _decode(value: Any, arrays: Any) -> Any:
 
 
 def _rule_json(rule) -> dict:
-    from .optim.rule import OptimiserChain
+    from .optim.rule import OptimiserChain, hyperparameters
 
     if isinstance(rule, OptimiserChain):
         return {"type": "OptimiserChain", "rules": [_rule_json(r) for r in rule.rules]}
-    return {"type": type(rule).__name__,
-            **{f.name: getattr(rule, f.name) for f in dataclasses.fields(rule)}}
+    return {"type": type(rule).__name__, **hyperparameters(rule)}
 
 
 def _key(name: str) -> str:

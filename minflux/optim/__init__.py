@@ -11,11 +11,11 @@ from .adaptive import AdaGrad, Adam, AdamW, RMSProp
 from .basic import Descent, Momentum, Nesterov
 from .clipping import ClipNorm, ClipValue, clip_by_global_norm, global_norm
 from .decay import WeightDecay
-from .rule import GlobalRule, OptimiserChain, Rule, chain, hyperparameters
+from .rule import AccumulatorRule, GlobalRule, OptimiserChain, Rule, chain, hyperparameters
 from .schedules import CosineDecay, ExponentialDecay, ReduceOnPlateau, StepDecay
 from .state import Leaf, StateNode, adjust, freeze, named_state_leaves, setup, thaw, update
 
-__all__ = ["AdaGrad", "Adam", "AdamW", "ClipNorm", "ClipValue", "CosineDecay", "Descent",
+__all__ = ["AccumulatorRule", "AdaGrad", "Adam", "AdamW", "ClipNorm", "ClipValue", "CosineDecay", "Descent",
            "ExponentialDecay", "GlobalRule", "Leaf", "Momentum", "Nesterov", "OptimiserChain",
            "RMSProp", "ReduceOnPlateau", "Rule", "StateNode", "StepDecay", "WeightDecay", "adjust",
            "chain", "clip_by_global_norm", "freeze", "global_norm", "hyperparameters",

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import minflux as mf
 
-from .rule import Rule, xp_of
+from .rule import AccumulatorRule, Rule, xp_of
 
 
 @mf.elementwise
@@ -41,7 +41,7 @@ def adamw_step(g, x, m, v, lr, beta1, beta2, eps, correction1, correction2, deca
 
 
 @dataclass(frozen=True)
-class RMSProp(Rule):
+class RMSProp(AccumulatorRule):
     """RMSProp (Tieleman and Hinton 2012): ``acc = rho acc + (1-rho) g^2; x -= lr g / (sqrt(acc)+eps)``.
 
     >>> import numpy as np, minflux as mf
@@ -54,17 +54,13 @@ class RMSProp(Rule):
     lr: float = 0.001
     rho: float = 0.9
     eps: float = 1e-8
-
-    def init(self, param):
-        return xp_of(param).zeros_like(param)
-
     def apply(self, state, param, grad):
         delta, acc = rmsprop_step(grad, state, self.lr, self.rho, self.eps)
         return acc, delta
 
 
 @dataclass(frozen=True)
-class AdaGrad(Rule):
+class AdaGrad(AccumulatorRule):
     """AdaGrad (Duchi et al. 2011): ``acc += g^2; x -= lr g / (sqrt(acc) + eps)``, acc from zero.
 
     >>> import numpy as np, minflux as mf
@@ -76,10 +72,6 @@ class AdaGrad(Rule):
 
     lr: float = 0.1
     eps: float = 1e-8
-
-    def init(self, param):
-        return xp_of(param).zeros_like(param)
-
     def apply(self, state, param, grad):
         delta, acc = adagrad_step(grad, state, self.lr, self.eps)
         return acc, delta
@@ -116,7 +108,7 @@ class Adam(Rule):
 
 
 @dataclass(frozen=True)
-class AdamW(Rule):
+class AdamW(Adam):
     """Adam with decoupled weight decay (Loshchilov and Hutter 2019): Adam's step ``+ lr * decay * x``.
 
     >>> import numpy as np, minflux as mf
@@ -126,15 +118,7 @@ class AdamW(Rule):
     array([0.85])
     """
 
-    lr: float = 0.001
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
     decay: float = 0.01
-
-    def init(self, param):
-        xp = xp_of(param)
-        return xp.zeros_like(param), xp.zeros_like(param), 0
 
     def apply(self, state, param, grad):
         m, v, t = state

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import minflux as mf
 
-from .rule import Rule, xp_of
+from .rule import AccumulatorRule, Rule
 
 
 @mf.elementwise
@@ -45,7 +45,7 @@ class Descent(Rule):
 
 
 @dataclass(frozen=True)
-class Momentum(Rule):
+class Momentum(AccumulatorRule):
     """Heavy-ball momentum: ``v = rho * v + lr * g; x -= v`` (``v`` starts at zero).
 
     >>> import numpy as np, minflux as mf
@@ -59,17 +59,13 @@ class Momentum(Rule):
 
     lr: float = 0.01
     rho: float = 0.9
-
-    def init(self, param):
-        return xp_of(param).zeros_like(param)
-
     def apply(self, state, param, grad):
         v = momentum_step(grad, state, self.lr, self.rho)
         return v, v
 
 
 @dataclass(frozen=True)
-class Nesterov(Rule):
+class Nesterov(AccumulatorRule):
     """Nesterov momentum (Sutskever et al. 2013): ``v = rho * v + lr * g; x -= rho * v + lr * g``.
 
     >>> import numpy as np, minflux as mf
@@ -81,10 +77,6 @@ class Nesterov(Rule):
 
     lr: float = 0.001
     rho: float = 0.9
-
-    def init(self, param):
-        return xp_of(param).zeros_like(param)
-
     def apply(self, state, param, grad):
         delta, v = nesterov_step(grad, state, self.lr, self.rho)
         return v, delta

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import minflux as mf
 
-__all__ = ["GlobalRule", "OptimiserChain", "Rule", "chain", "hyperparameters"]
+__all__ = ["AccumulatorRule", "GlobalRule", "OptimiserChain", "Rule", "chain", "hyperparameters"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,14 @@ class Rule:
     def apply(self, state, param, grad) -> tuple[Any, Any]:
         """``(new_state, delta)``: ``param - delta`` is the updated parameter."""
         raise NotImplementedError(f"{type(self).__name__} must define apply(state, param, grad)")
+
+
+@dataclass(frozen=True)
+class AccumulatorRule(Rule):
+    """A rule whose state is one array shaped like the parameter, starting at zero."""
+
+    def init(self, param):
+        return xp_of(param).zeros_like(param)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import numpy as np
 from ..autograd import no_grad
 from ..backend import is_array
 from ..tree import children, is_leaf
-from .rule import GlobalRule, OptimiserChain, Rule, hyperparameters, stages
+from .rule import GlobalRule, OptimiserChain, Rule, stages
 
 __all__ = ["Leaf", "StateNode", "adjust", "freeze", "named_state_leaves", "setup", "thaw", "update"]
 
@@ -270,10 +270,7 @@ def adjust(state: Any, **changes) -> None:
 
 
 def _field_names(rule: Rule) -> list[str]:
-    params = hyperparameters(rule)
-    if "rules" in params and isinstance(rule, OptimiserChain):
-        return [k for p in params["rules"] for k in p]
-    return list(params)
+    return [f.name for member in stages(rule) for f in dataclasses.fields(member)]
 
 
 def freeze(state: Any) -> None:

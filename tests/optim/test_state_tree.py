@@ -1,5 +1,4 @@
 """State trees: structure mirroring the model, tied arrays, update errors, adjust, freeze and thaw."""
-import warnings
 
 import numpy as np
 import pytest

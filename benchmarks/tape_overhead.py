@@ -134,7 +134,17 @@ def table(cases: list[dict]) -> str:
     layers = cases[0]["layers"]
     return (f"Forward + gradient of a chain of {layers} layers `h = tanh(h @ W + b) * s + h * 0.5` and "
             "`mean(h * h)`, float32, one thread, median over repeats "
-            "(`python benchmarks/tape_overhead.py`).\n\n" + markdown_table(header, rows))
+            f"(`python benchmarks/tape_overhead.py`; {peer_versions()}).\n\n" + markdown_table(header, rows))
+
+
+def peer_versions() -> str:
+    found = []
+    for name in ("torch", "jax"):
+        try:
+            found.append(f"{name} {__import__(name).__version__}")
+        except Exception:
+            found.append(f"{name} not installed")
+    return ", ".join(found)
 
 
 def main(argv=None) -> list[dict]:

@@ -43,8 +43,12 @@ def apply_primitive(name: str, *args):
     try:
         y = prim.impl(xp, *values)
     except ValueError as e:  # numpy's broadcast error lacks the op's name
-        shapes = " and ".join(str(tuple(np.shape(v))) for v in values)
-        raise ValueError(f"mf.{name}: cannot broadcast shapes {shapes}") from e
+        shapes = [tuple(np.shape(v)) for v in values]
+        try:
+            np.broadcast_shapes(*shapes)
+        except ValueError:
+            raise ValueError(f"mf.{name}: cannot broadcast shapes {' and '.join(map(str, shapes))}") from e
+        raise
     tape = active_tape()
     wanted = () if tape is None else [
         k for k, a in enumerate(args)

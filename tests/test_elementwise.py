@@ -169,6 +169,21 @@ def test_comparisons_are_untracked_booleans(name):
     np.testing.assert_array_equal(g, expected)
 
 
+def test_logical_ops_have_no_gradient():
+    a, b = np.array([True, False, True]), np.array([True, True, False])
+    np.testing.assert_array_equal(mf.logical_and(a, b), [True, False, False])
+    np.testing.assert_array_equal(mf.logical_or(a, b), [True, True, True])
+    np.testing.assert_array_equal(mf.logical_not(a), [False, True, False])
+
+    def f(x):
+        keep = mf.logical_and(x > 0.0, mf.logical_not(x > 1.5))
+        assert keep._tape is None
+        return mf.sum(mf.where(mf.logical_or(keep, x < -1.5), x * x, 0.0))
+
+    g, = mf.gradient(f, np.array([-2.0, -1.0, 0.5, 2.0]))
+    np.testing.assert_array_equal(g, [-4.0, 0.0, 1.0, 0.0])
+
+
 def test_operators_match_numpy(rng):
     a, b = rng.uniform(0.5, 2, (3,)), rng.uniform(0.5, 2, (3,))
     t, u = mf.Tensor(a), mf.Tensor(b)

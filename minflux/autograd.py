@@ -215,7 +215,7 @@ class _Gradients:
 
 def _fresh(array, dtype):
     xp = get_array_module(array)
-    return xp.array(array, dtype=xp.result_type(array.dtype, dtype), copy=True)
+    return array.astype(xp.result_type(array.dtype, dtype), copy=True)
 
 
 def _backward(tape: Tape, loss: Tensor) -> dict[int, Any]:
@@ -248,9 +248,10 @@ def _own_gradient(g, value, handed_out: set[int]):
     VJPs may hand back views (of a broadcast seed, of another slot's gradient); the caller may update
     a returned gradient in place, so views and arrays already returned for another leaf are copied.
     """
-    xp = get_array_module(g)
-    if not is_array(g) or g.base is not None or id(g) in handed_out or g.dtype != value.dtype:
-        g = xp.array(g, dtype=value.dtype, copy=True)
+    if not is_array(g):  # a numpy scalar from a full reduction
+        g = get_array_module(value).asarray(g, dtype=value.dtype)
+    elif g.base is not None or id(g) in handed_out or g.dtype != value.dtype:
+        g = g.astype(value.dtype, copy=True)
     if g.shape != value.shape:
         raise RuntimeError(f"internal error: gradient of shape {g.shape} for an argument of shape "
                            f"{value.shape}")

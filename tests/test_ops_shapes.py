@@ -8,11 +8,6 @@ import minflux as mf
 from minflux.testing import check_grad
 
 
-def weighted(y, rng_seed=0):
-    w = np.random.default_rng(rng_seed).standard_normal(np.shape(y.value if isinstance(y, mf.Tensor) else y))
-    return mf.sum(y * w)
-
-
 UNARY_CASES = [
     ("reshape", (2, 6), lambda x: mf.reshape(x, (3, -1)), lambda x: x.reshape(3, -1)),
     ("reshape_method", (2, 6), lambda x: x.reshape(4, 3), lambda x: x.reshape(4, 3)),

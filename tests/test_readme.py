@@ -18,10 +18,11 @@ def test_readme_has_python_examples():
 
 
 def test_readme_examples_run_in_order(tmp_path, monkeypatch):
+    """All Python blocks, concatenated, run as one script (scalar functions need a source file)."""
     monkeypatch.chdir(tmp_path)
-    namespace: dict = {}
-    for block in python_blocks(README):
-        exec(compile(block, "README.md", "exec"), namespace)
+    script = tmp_path / "readme_examples.py"
+    script.write_text("\n".join(python_blocks(README)))
+    runpy.run_path(str(script), run_name="readme_examples")
 
 
 def test_readme_tables_regenerate_from_results(tmp_path):

@@ -20,7 +20,12 @@ _local = threading.local()
 
 
 class Tape:
-    """The record of one gradient computation: a list of nodes and a slot counter."""
+    """The record of one gradient computation: a list of nodes and a slot counter.
+
+    >>> tape = Tape()
+    >>> tape.new_slot(), tape.new_slot(), len(tape.nodes)
+    (1, 2, 0)
+    """
 
     __slots__ = ("nodes", "slots", "__weakref__")
 
@@ -34,7 +39,13 @@ class Tape:
 
 
 class Node:
-    """One recorded op: which slots it read, which it wrote, and its vector-Jacobian product."""
+    """One recorded op: which slots it read, which it wrote, and its vector-Jacobian product.
+
+    ``inputs`` holds 0 for an argument that is not tracked; ``multi`` marks an op with several outputs.
+
+    >>> Node("neg", (1,), (2,), lambda g, needs: [-g], False).outputs
+    (2,)
+    """
 
     __slots__ = ("name", "inputs", "outputs", "vjp", "multi")
 
@@ -50,7 +61,14 @@ def _stack() -> list:
 
 
 def active_tape() -> Tape | None:
-    """The tape that records ops right now, or None (outside `gradient`, or inside `no_grad`)."""
+    """The tape that records ops right now, or None (outside `gradient`, or inside `no_grad`).
+
+    >>> import minflux as mf, numpy as np
+    >>> active_tape() is None
+    True
+    >>> mf.gradient(lambda x: mf.sum(x) * (active_tape() is not None), np.ones(1))[0]
+    array([1.])
+    """
     stack = _stack()
     return stack[-1] if stack else None
 

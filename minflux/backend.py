@@ -18,7 +18,12 @@ _DEFAULT_DTYPE = np.dtype(np.float32)
 
 
 class DeviceError(RuntimeError):
-    """An operation needs a device that is missing, or mixes arrays from two devices."""
+    """An operation needs a device that is missing, or mixes arrays from two devices.
+
+    >>> import minflux as mf
+    >>> issubclass(mf.DeviceError, RuntimeError)
+    True
+    """
 
 
 def default_dtype() -> np.dtype:
@@ -47,6 +52,12 @@ def set_default_dtype(dtype) -> None:
 
 
 def is_cupy_array(x: Any) -> bool:
+    """True for a CuPy array (always False without CuPy).
+
+    >>> import numpy as np
+    >>> is_cupy_array(np.zeros(1))
+    False
+    """
     return _cupy is not None and isinstance(x, _cupy.ndarray)
 
 

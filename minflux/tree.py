@@ -53,7 +53,11 @@ def children(x: Any, trainable_only: bool = False) -> list[tuple[Any, Any]] | No
 
 
 def rebuild(x: Any, new_children: dict) -> Any:
-    """A copy of container ``x`` with some children replaced (``new_children`` maps key to value)."""
+    """A copy of container ``x`` with some children replaced (``new_children`` maps key to value).
+
+    >>> rebuild((1, 2, 3), {1: "two"})
+    (1, 'two', 3)
+    """
     if isinstance(x, list):
         out = list(x)
         for k, v in new_children.items():

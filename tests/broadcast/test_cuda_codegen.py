@@ -1,0 +1,176 @@
+"""The CUDA backend's generated C, compiled for the CPU through the shim and checked against numpy.
+
+Every kernel of this module is generated first and compiled in ONE shared library (a module-scoped
+fixture), so the C compiler runs once or twice per test session. The tests skip without a C compiler.
+The reference is the numpy backend evaluating the same transformed IR (``api._run_numpy``).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from minflux.broadcast import cuda_backend, cuda_codegen
+from minflux.broadcast.cuda_shim import build, c_compiler
+from minflux.broadcast.ir import Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var
+from minflux.broadcast.kinds import infer_kinds
+from minflux.broadcast.numpy_backend import ArrayOps, evaluate
+from minflux.broadcast.rules import TABLE
+
+pytestmark = pytest.mark.skipif(c_compiler() is None, reason="needs a C compiler (gcc, clang or $CC)")
+
+FLOATS = [-np.inf, -7.25, -3.5, -2.0, -1.0, -0.5, -1e-3, -0.0, 0.0, 1e-3, 0.5, 1.0, 2.0, 3.5, 9.0,
+          40.0, np.inf, np.nan]
+INTS = [-2**63, -7, -3, -2, -1, 0, 1, 2, 3, 5, 2**62]
+BOOLS = [False, True]
+VALUES = {"f": FLOATS, "i": INTS, "b": BOOLS}
+TRANSCENDENTAL = {"exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "sigmoid", "softplus",
+                  "power"}
+
+
+def primitive_function(op: str, kinds: tuple) -> Function:
+    params = [f"a{i}" for i in range(len(kinds))]
+    fn = Function(op, params, [Assign("t", Call(op, tuple(Var(p) for p in params))), Return((Var("t"),))],
+                  temps={"t"})
+    return infer_kinds(fn, list(kinds))
+
+
+def primitive_cases():
+    """(op, argument kinds, float type) for every primitive of the table, on the kinds it accepts."""
+    cases = []
+    for op, prim in sorted(TABLE.items()):
+        if "." in op:                      # user rules defined by other tests
+            continue
+        if op in ("logical_and", "logical_or", "logical_not"):
+            cases.append((op, ("b",) * prim.arity, "float32"))
+            continue
+        if op == "where":
+            cases += [(op, ("b", "f", "f"), "float32"), (op, ("b", "i", "i"), "float64")]
+            continue
+        for ft in ("float32", "float64"):
+            cases.append((op, ("f",) * prim.arity, ft))
+        if op in ("add", "subtract", "multiply", "floor_divide", "mod", "negative", "abs", "sign",
+                  "maximum", "minimum", "clip", "less", "equal", "greater_equal"):
+            cases.append((op, ("i",) * prim.arity, "float64"))
+        if op in ("less", "equal", "not_equal", "greater"):
+            cases.append((op, ("i", "f"), "float32"))
+            cases.append((op, ("b", "f"), "float64"))
+    return cases
+
+
+CASES = primitive_cases()
+
+
+def case_name(case) -> str:
+    op, kinds, ft = case
+    return f"k_{op}_{''.join(kinds)}_{ft}"
+
+
+def grid(kinds: tuple, float_type: str) -> list:
+    """Every combination of special values for the argument kinds (outer product, flattened)."""
+    axes = [np.array(VALUES[k], dtype={"f": float_type, "i": np.int64, "b": bool}[k]) for k in kinds]
+    if len(axes) == 3:  # keep three-argument grids small
+        axes = [a[::2] for a in axes]
+    mesh = np.meshgrid(*axes, indexing="ij")
+    return [m.reshape(-1) for m in mesh]
+
+
+@pytest.fixture(scope="module")
+def primitives():
+    kernels = [cuda_codegen.generate(primitive_function(op, kinds), ft, name=case_name((op, kinds, ft)))
+               for op, kinds, ft in CASES]
+    kernels += [cuda_codegen.generate(control_flow_function(), "float64", name="k_control_flow"),
+                cuda_codegen.generate(control_flow_function(), "float32", name="k_control_flow_f32",
+                                      fast_math=True)]
+    return build(kernels)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_name)
+def test_every_primitive_matches_numpy_on_special_values(primitives, case):
+    op, kinds, ft = case
+    args = grid(kinds, ft)
+    (got,) = primitives.run(case_name(case), *args)
+    fn = primitive_function(op, kinds)
+    (want,) = evaluate(fn, args, ArrayOps(np, np.dtype(ft)))
+    want = np.broadcast_to(np.asarray(want), got.shape)
+    assert got.dtype == want.dtype
+    if op == "sigmoid":     # numpy's 0.5 tanh(x / 2) + 0.5 is only accurate to ulp(0.5) absolute
+        np.testing.assert_allclose(got, want, rtol=0, atol=np.finfo(ft).eps, equal_nan=True)
+    elif op in TRANSCENDENTAL and want.dtype.kind == "f":
+        rtol = 4 * np.finfo(ft).eps
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=np.finfo(ft).tiny, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(got, want)     # exact, nan == nan
+        if op in ("mod", "floor_divide") and want.dtype.kind == "f":
+            zero = want == 0                         # Python's sign convention for zeros too
+            np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(want[zero]))
+
+
+def test_sigmoid_is_accurate_in_float32(primitives):
+    x = np.linspace(-30, 30, 2001, dtype=np.float32)
+    (got,) = primitives.run("k_sigmoid_f_float32", x)
+    exact = 1 / (1 + np.exp(-x.astype(np.longdouble)))
+    ulp = np.spacing(exact.astype(np.float32)).astype(np.longdouble)
+    assert float(np.max(np.abs(got - exact) / ulp)) <= 4
+
+
+def control_flow_function() -> Function:
+    """``n`` doublings of ``x`` until it reaches 10, counting the ones above 5 separately.
+
+    Exercises Loop, Break, Continue (which must still run the latch), nested If and int kinds.
+    """
+    body = [Assign("c", Call("less", (Var("x"), Const(10.0)))), If(Var("c"), [], [Break()]),
+            Assign("x", Call("multiply", (Var("x"), Const(2.0)))),
+            Assign("big", Call("greater", (Var("x"), Const(5.0)))),
+            If(Var("big"), [Continue()], []),
+            Assign("small", Call("add", (Var("small"), Const(1))))]
+    latch = [Assign("n", Call("add", (Var("n"), Const(1))))]
+    fn = Function("control", ["x"], [Assign("n", Const(0)), Assign("small", Const(0)),
+                                     Assign("neg", Call("less_equal", (Var("x"), Const(0.0)))),
+                                     If(Var("neg"), [Return((Var("x"), Const(-1), Const(-1)))], []),
+                                     Loop(body, latch), Return((Var("x"), Var("n"), Var("small")))],
+                  n_outputs=3)
+    return infer_kinds(fn, ["f"])
+
+
+@pytest.mark.parametrize("name, dtype", [("k_control_flow", np.float64), ("k_control_flow_f32", np.float32)])
+def test_loops_break_continue_and_early_return(primitives, name, dtype):
+    x = np.array([-1.0, 0.0, 0.3, 1.0, 3.0, 9.0, 12.0], dtype)
+    got = primitives.run(name, x)
+    want = evaluate(control_flow_function(), [x], ArrayOps(np, dtype))
+    # 1 -> 2, 4 (two small steps), 8, 16 (two big ones): four latch runs
+    assert got[0][3] == 16.0 and got[1][3] == 4 and got[2][3] == 2
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, np.broadcast_to(w, g.shape))
+
+
+def test_generated_code_keeps_real_branches_and_registers():
+    from minflux.broadcast.dual import differentiate
+    from minflux.broadcast.frontend import parse
+
+    def f(x, y):
+        if x > 0:
+            return x * y
+        return y * y
+
+    dual = differentiate(infer_kinds(parse(f).function, ["f", "f"]), [0, 1])
+    text = cuda_backend.kernel_source(dual, "float32").function
+    assert "if (" in text and "return;" in text
+    assert "[" not in text                  # no arrays: every dual number is a scalar local
+    n_out = dual.n_outputs + len(dual.slots)
+    assert text.count("*out") == 3 * n_out   # in the signature and in each of the two returns
+
+
+def test_fast_math_uses_documented_intrinsics_only_for_float32():
+    fn = primitive_function("exp", ("f",))
+    assert "__expf(" in cuda_codegen.generate(fn, "float32", fast_math=True).function
+    assert "__expf(" not in cuda_codegen.generate(fn, "float32").function
+    assert "__expf(" not in cuda_codegen.generate(fn, "float64", fast_math=True).function
+
+
+def test_unknown_primitive_is_a_clear_compile_error():
+    from minflux.broadcast.errors import CompileError
+
+    fn = Function("g", ["x"], [Assign("t", Call("erf", (Var("x"),))), Return((Var("t"),))], temps={"t"},
+                  kinds={"x": "f", "t": "f"}, output_kinds=["f"])
+    with pytest.raises(CompileError, match="no C form for the primitive 'erf'"):
+        cuda_codegen.generate(fn, "float32")

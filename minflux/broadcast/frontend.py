@@ -1,0 +1,774 @@
+"""Frontend: the Python source of a scalar function -> the structured IR of `minflux.broadcast.ir`.
+
+The scalar language is a Python subset: numbers, arithmetic, comparisons (chains too), ``and`` /
+``or`` / ``not`` (short-circuit on primal values, giving booleans), conditional expressions, ``abs``
+/ ``min`` / ``max`` / ``float``, ``math.*`` and ``mf.*`` primitives of the derivative table, calls
+to `mf.scalar_rule` functions (kept as one primitive with the user's derivative) and to other
+`mf.elementwise` functions (inlined); assignment, tuple unpacking, augmented assignment, ``if`` /
+``elif`` / ``else``, ``return`` anywhere, ``while``, ``for k in range(...)``, ``break``,
+``continue`` and ``pass``. Python numbers from the closure or module globals are compile-time
+constants (`Binding` records them so a changed value recompiles). Anything else raises
+`CompileError` with the file, line, construct and what to write instead.
+
+>>> from minflux.broadcast.ir import format_function
+>>> def relu_step(x):
+...     if x > 0:
+...         return x
+...     return 0.0
+>>> print(format_function(parse(relu_step).function))
+def relu_step(v_x):
+    t0 = greater(v_x, 0)
+    if t0:
+        return v_x
+    return 0.0
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import linecache
+import math
+import textwrap
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from . import rules
+from .errors import CompileError
+from .ir import (Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var,
+                 contains_return, falls_through)
+
+_BINOPS = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide",
+           ast.FloorDiv: "floor_divide", ast.Mod: "mod", ast.Pow: "power"}
+_CMPOPS = {ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater", ast.GtE: "greater_equal",
+           ast.Eq: "equal", ast.NotEq: "not_equal"}
+_MATH_CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf, "nan": math.nan}
+_MATH_ALIASES = {"fabs": "abs", "pow": "power"}
+
+_UNSUPPORTED_EXPR = {
+    ast.List: ("a list", "use scalars only (return a tuple for several outputs)"),
+    ast.Dict: ("a dict", "use scalars only"),
+    ast.Set: ("a set", "use scalars only"),
+    ast.ListComp: ("a list comprehension", "use a for loop over range() with scalar accumulators"),
+    ast.SetComp: ("a set comprehension", "use scalars only"),
+    ast.DictComp: ("a dict comprehension", "use scalars only"),
+    ast.GeneratorExp: ("a generator expression", "use a for loop over range()"),
+    ast.Lambda: ("a lambda inside a scalar function", "define an @mf.elementwise function and call it"),
+    ast.Subscript: ("indexing", "pass the element as its own argument; broadcasting indexes for you"),
+    ast.Starred: ("*-unpacking", "pass arguments one by one"),
+    ast.JoinedStr: ("an f-string", "use numbers only"),
+    ast.NamedExpr: ("an assignment expression (:=)", "assign in a separate statement"),
+    ast.Await: ("await", "use plain scalar code"),
+    ast.Yield: ("yield", "return the values"),
+    ast.YieldFrom: ("yield from", "return the values"),
+    ast.Slice: ("a slice", "pass elements as arguments"),
+}
+_UNSUPPORTED_STMT = {
+    ast.Try: ("try", "remove the try; kernels cannot raise (invalid values give nan)"),
+    ast.Raise: ("raise", "return nan or a flag output instead"),
+    ast.Assert: ("assert", "check inputs before the broadcast"),
+    ast.With: ("with", "remove the with block"),
+    ast.Import: ("import", "import at module level and use math.* or mf.*"),
+    ast.ImportFrom: ("import", "import at module level and use math.* or mf.*"),
+    ast.FunctionDef: ("a nested function", "define it at module level with @mf.elementwise"),
+    ast.AsyncFunctionDef: ("an async function", "define a plain @mf.elementwise function"),
+    ast.ClassDef: ("a class definition", "use scalars only"),
+    ast.Delete: ("del", "remove the del statement"),
+    ast.Global: ("assignment to a global (global statement)", "return the value as an output"),
+    ast.Nonlocal: ("nonlocal", "return the value as an output"),
+    ast.AsyncFor: ("async for", "use for k in range(n)"),
+    ast.AsyncWith: ("async with", "remove the with block"),
+}
+if hasattr(ast, "Match"):
+    _UNSUPPORTED_STMT[ast.Match] = ("match", "use if/elif/else")
+if hasattr(ast, "TryStar"):
+    _UNSUPPORTED_STMT[ast.TryStar] = ("try", "remove the try; kernels cannot raise")
+
+
+@dataclass
+class Binding:
+    """A free name of the scalar function resolved at compile time: ``(owner function, name, value)``.
+
+    The compiled kernel stays valid while every binding resolves to the same value (numbers by value
+    and type, other objects by identity).
+    """
+
+    fn: Callable
+    name: str
+    value: Any
+
+    def current(self):
+        """The value the name has now in ``fn``'s closure, globals or builtins."""
+        return resolve_free_name(self.fn, self.name)
+
+    def still_valid(self) -> bool:
+        """True when the name still resolves to the recorded value."""
+        try:
+            now = self.current()
+        except NameError:
+            return False
+        if isinstance(self.value, (bool, int, float)):
+            return type(now) is type(self.value) and (now == self.value or (now != now and self.value != self.value))
+        return now is self.value
+
+
+@dataclass
+class Parsed:
+    """The frontend's result: the untyped IR and the free-name bindings it depends on."""
+
+    function: Function
+    bindings: list = field(default_factory=list)
+
+
+_MISSING = object()
+
+
+def resolve_free_name(fn: Callable, name: str):
+    """Look ``name`` up the way ``fn`` would: its closure, then its globals, then builtins."""
+    code = fn.__code__
+    if name in code.co_freevars and fn.__closure__ is not None:
+        cell = fn.__closure__[code.co_freevars.index(name)]
+        try:
+            return cell.cell_contents
+        except ValueError:
+            raise NameError(name) from None
+    value = fn.__globals__.get(name, _MISSING)
+    if value is _MISSING:
+        value = getattr(builtins, name, _MISSING)
+    if value is _MISSING:
+        raise NameError(name)
+    return value
+
+
+def _source_node(fn: Callable):
+    """The ast node (FunctionDef or Lambda) of ``fn`` and its file name."""
+    code = fn.__code__
+    filename = code.co_filename
+    lines = linecache.getlines(filename, fn.__globals__)
+    text = "".join(lines)
+    tree = None
+    if text:
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            tree = None
+    offset = 0
+    if tree is None:
+        try:
+            source, start = inspect.getsourcelines(fn)
+        except (OSError, TypeError):
+            raise CompileError(
+                f"the source of {fn.__qualname__} is not available (file {filename!r}); the compiler "
+                "reads a scalar function's source, so define it in a file, or give exec'd code a name "
+                "and register its text: compile(src, name, 'exec') after linecache.cache[name] = "
+                "(len(src), None, src.splitlines(True), name)", None, "source") from None
+        text = textwrap.dedent("".join(source))
+        offset = start - 1
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            raise CompileError(f"the source of {fn.__qualname__} cannot be parsed on its own; define "
+                               "it with def at module level", (filename, start), "source") from None
+    first = code.co_firstlineno - offset
+    candidates = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            starts = [node.lineno] + [d.lineno for d in node.decorator_list]
+            if first in starts and node.name == code.co_name:
+                candidates.append(node)
+        elif isinstance(node, ast.Lambda) and code.co_name == "<lambda>" and node.lineno == first:
+            names = [a.arg for a in node.args.args]
+            if names == list(code.co_varnames[:code.co_argcount]):
+                candidates.append(node)
+    if len(candidates) > 1 and code.co_name == "<lambda>":
+        # several lambdas with these parameters start on this line: take the smallest one that
+        # spans every source position of the code object
+        positions = [p for p in code.co_positions()
+                     if p[2] is not None and p[3] is not None and p[3] > p[2] and p[0] == code.co_firstlineno]
+        if positions:
+            lo, hi = min(p[2] for p in positions), max(p[3] for p in positions)
+            inside = [n for n in candidates if n.col_offset <= lo and hi <= (n.end_col_offset or 1 << 30)
+                      and n.end_lineno == n.lineno]
+            inside.sort(key=lambda n: n.end_col_offset - n.col_offset)
+            candidates = inside[:1] or candidates
+    if not candidates:
+        raise CompileError(f"cannot find the source of {fn.__qualname__}; define it with def in a file",
+                           (filename, code.co_firstlineno), "source")
+    return candidates[-1] if code.co_name != "<lambda>" else candidates[0], filename, offset
+
+
+class _Frontend:
+    """Builds the IR of one function (and of the elementwise functions it inlines)."""
+
+    def __init__(self, fn: Callable, node, filename: str, offset: int, counter: list, prefix: str,
+                 bindings: list, stack: tuple, subroutines: dict):
+        self.fn = fn
+        self.node = node
+        self.filename = filename
+        self.offset = offset
+        self.counter = counter          # shared with inlined callees: [temps, selects, inlines]
+        self.prefix = prefix
+        self.bindings = bindings
+        self.stack = stack              # functions being compiled, to reject recursion
+        self.subroutines = subroutines
+        self.temps: set = set()
+        self.out: list = []
+        self.loop_depth = 0
+        args = node.args
+        self.params = [a.arg for a in args.args]
+        self.locals = set(self.params) | _assigned_locals(node)
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def loc(self, node) -> tuple:
+        return (self.filename, getattr(node, "lineno", 0) + self.offset)
+
+    def error(self, node, construct: str, fix: str):
+        raise CompileError(f"{construct} is not supported in a scalar function; {fix}", self.loc(node),
+                           construct)
+
+    def temp(self) -> str:
+        name = f"t{self.counter[0]}"
+        self.counter[0] += 1
+        self.temps.add(name)
+        return name
+
+    def select_var(self) -> str:
+        """A variable assigned on several paths (not a temporary)."""
+        name = f"s{self.counter[1]}"
+        self.counter[1] += 1
+        return name
+
+    def var(self, name: str) -> str:
+        return f"v_{name}{self.prefix}"
+
+    def emit(self, stmt):
+        self.out.append(stmt)
+
+    def block(self, stmts: list) -> list:
+        saved, self.out = self.out, []
+        try:
+            for s in stmts:
+                self.statement(s)
+            return self.out
+        finally:
+            self.out = saved
+
+    def call(self, op: str, args: tuple, node) -> Var:
+        t = self.temp()
+        self.emit(Assign(t, Call(op, tuple(args)), self.loc(node)))
+        return Var(t)
+
+    # -- function --------------------------------------------------------------------------------
+    def function(self) -> Function:
+        node = self.node
+        a = node.args
+        if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults or a.kw_defaults:
+            self.error(node, "*args, **kwargs, keyword-only arguments and defaults",
+                       "give the function plain positional parameters and pass every argument")
+        if isinstance(node, ast.Lambda):
+            body = [ast.Return(value=node.body, lineno=node.lineno, col_offset=node.col_offset)]
+        else:
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                body = body[1:]
+        stmts = self.block(body)
+        if falls_through(stmts):
+            raise CompileError("the scalar function can reach its end without a return; add a final "
+                               "return statement", self.loc(node), "missing return")
+        n_outputs = _count_outputs(stmts, self)
+        return Function(self.fn.__name__, [self.var(p) for p in self.params], stmts,
+                        temps=self.temps, n_outputs=n_outputs, subroutines=self.subroutines)
+
+    # -- statements ------------------------------------------------------------------------------
+    def statement(self, s):
+        kind = type(s)
+        if kind in _UNSUPPORTED_STMT:
+            construct, fix = _UNSUPPORTED_STMT[kind]
+            self.error(s, construct, fix)
+        method = getattr(self, "stmt_" + kind.__name__, None)
+        if method is None:
+            self.error(s, f"the statement {kind.__name__}", "use assignments, if, while, for-range "
+                       "and return")
+        method(s)
+
+    def stmt_Pass(self, s):
+        pass
+
+    def stmt_Expr(self, s):
+        if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str):
+            return  # a string used as a comment
+        self.error(s, "an expression statement (its value is discarded)",
+                   "assign the value to a variable or return it")
+
+    def assign_to(self, target, value, node):
+        if isinstance(target, ast.Name):
+            if isinstance(value, tuple):
+                self.error(node, "assigning several values to one name",
+                           "unpack them: a, b = ...")
+            self.emit(Assign(self.var(target.id), value, self.loc(node)))
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            if not isinstance(value, tuple) or len(value) != len(target.elts):
+                n = len(value) if isinstance(value, tuple) else 1
+                raise CompileError(f"cannot unpack {n} value(s) into {len(target.elts)} names",
+                                   self.loc(node), "tuple unpacking")
+            staged = []
+            for v in value:
+                if isinstance(v, Var):
+                    t = self.temp()
+                    self.emit(Assign(t, v, self.loc(node)))
+                    v = Var(t)
+                staged.append(v)
+            for t, v in zip(target.elts, staged):
+                self.assign_to(t, v, node)
+        elif isinstance(target, ast.Attribute):
+            self.error(node, "assignment to an attribute", "assign to a local variable")
+        elif isinstance(target, ast.Subscript):
+            self.error(node, "assignment to an element (x[i] = ...)", "assign to a local variable")
+        else:
+            self.error(node, f"assignment to {type(target).__name__}", "assign to a local variable")
+
+    def stmt_Assign(self, s):
+        value = self.expr(s.value)
+        for target in s.targets:
+            self.assign_to(target, value, s)
+
+    def stmt_AnnAssign(self, s):
+        if s.value is None:
+            return
+        self.assign_to(s.target, self.expr(s.value), s)
+
+    def stmt_AugAssign(self, s):
+        if not isinstance(s.target, ast.Name):
+            self.error(s, "augmented assignment to an element or attribute", "use a local variable")
+        op = _BINOPS.get(type(s.op))
+        if op is None:
+            self.error(s, f"the operator {type(s.op).__name__}", "use + - * / // % **")
+        current = self.name_load(ast.Name(id=s.target.id, ctx=ast.Load(), lineno=s.lineno))
+        value = self.atom(s.value)
+        self.emit(Assign(self.var(s.target.id), self.call(op, (current, value), s), self.loc(s)))
+
+    def stmt_If(self, s):
+        cond = self.atom(s.test)
+        body = self.block(s.body)
+        orelse = self.block(s.orelse)
+        self.emit(If(cond, body, orelse, self.loc(s)))
+
+    def loop_body(self, stmts) -> list:
+        self.loop_depth += 1
+        try:
+            return self.block(stmts)
+        finally:
+            self.loop_depth -= 1
+
+    def stmt_While(self, s):
+        if s.orelse:
+            self.error(s, "while ... else", "set a flag before break and test it after the loop")
+        saved, self.out = self.out, []
+        cond = self.atom(s.test)
+        head = self.out
+        self.out = saved
+        body = self.loop_body(s.body)
+        if isinstance(cond, Const):
+            if not cond.value:
+                return
+            self.emit(Loop(head + body, [], self.loc(s)))
+            return
+        self.emit(Loop(head + [If(cond, [], [Break(self.loc(s))], self.loc(s))] + body, [], self.loc(s)))
+
+    def stmt_For(self, s):
+        if s.orelse:
+            self.error(s, "for ... else", "set a flag before break and test it after the loop")
+        it = s.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
+                and self.resolve_object(it.func) is range and not it.keywords):
+            self.error(s, "a for loop over anything but range()", "write for k in range(n) with an "
+                       "integer n (a constant or an int argument)")
+        if not isinstance(s.target, ast.Name):
+            self.error(s, "a for loop with a tuple target", "loop over range() with one name")
+        if not 1 <= len(it.args) <= 3:
+            self.error(s, "range() with this many arguments", "use range(stop), range(start, stop) "
+                       "or range(start, stop, step)")
+        bounds = [self.call("index", (self.atom(a),), s) for a in it.args]
+        step = 1
+        if len(it.args) == 3:
+            step_node = it.args[2]
+            step = _constant_int(step_node, self)
+            if step == 0:
+                raise CompileError("range() step must not be zero", self.loc(s), "range")
+        start, stop = (Const(0), bounds[0]) if len(bounds) == 1 else (bounds[0], bounds[1])
+        counter = self.select_var()
+        self.emit(Assign(counter, start, self.loc(s)))
+        go = self.temp()
+        head = [Assign(go, Call("less" if step > 0 else "greater", (Var(counter), stop)), self.loc(s)),
+                If(Var(go), [], [Break(self.loc(s))], self.loc(s)),
+                Assign(self.var(s.target.id), Var(counter), self.loc(s))]
+        body = self.loop_body(s.body)
+        nxt = self.temp()
+        latch = [Assign(nxt, Call("add", (Var(counter), Const(step))), self.loc(s)),
+                 Assign(counter, Var(nxt), self.loc(s))]
+        self.emit(Loop(head + body, latch, self.loc(s)))
+
+    def stmt_Break(self, s):
+        if not self.loop_depth:
+            self.error(s, "break outside a loop", "use break inside while or for")
+        self.emit(Break(self.loc(s)))
+
+    def stmt_Continue(self, s):
+        if not self.loop_depth:
+            self.error(s, "continue outside a loop", "use continue inside while or for")
+        self.emit(Continue(self.loc(s)))
+
+    def stmt_Return(self, s):
+        if s.value is None:
+            self.error(s, "return without a value", "return a number (or a tuple of numbers)")
+        value = self.expr(s.value)
+        values = value if isinstance(value, tuple) else (value,)
+        self.emit(Return(tuple(values), self.loc(s)))
+
+    # -- expressions -----------------------------------------------------------------------------
+    def atom(self, node):
+        value = self.expr(node)
+        if isinstance(value, tuple):
+            self.error(node, "a tuple used as a single value", "unpack it first: a, b = ...")
+        return value
+
+    def expr(self, node):
+        kind = type(node)
+        if kind in _UNSUPPORTED_EXPR:
+            construct, fix = _UNSUPPORTED_EXPR[kind]
+            self.error(node, construct, fix)
+        method = getattr(self, "expr_" + kind.__name__, None)
+        if method is None:
+            self.error(node, f"the expression {kind.__name__}", "use arithmetic on scalars")
+        return method(node)
+
+    def expr_Constant(self, node):
+        v = node.value
+        if isinstance(v, (bool, int, float)):
+            return Const(v)
+        what = "None" if v is None else f"a {type(v).__name__} constant"
+        self.error(node, what, "use numbers only")
+
+    def expr_Tuple(self, node):
+        return tuple(self.atom(e) for e in node.elts)
+
+    def expr_Name(self, node):
+        return self.name_load(node)
+
+    def name_load(self, node):
+        if node.id in self.locals:
+            return Var(self.var(node.id))
+        value = self.resolve_object(node)
+        const = _as_constant(value)
+        if const is not None:
+            return Const(const)
+        self.error(node, f"the name {node.id!r} (a {type(value).__name__})",
+                   "use scalar arguments and numeric constants; pass arrays as arguments")
+
+    def resolve_object(self, node):
+        """The object a free Name or a module attribute chain refers to (recorded as a binding)."""
+        if isinstance(node, ast.Name):
+            if node.id in self.locals:
+                self.error(node, f"calling the local variable {node.id!r}", "call functions by their "
+                           "global name")
+            try:
+                value = resolve_free_name(self.fn, node.id)
+            except NameError:
+                raise CompileError(f"the name {node.id!r} is not defined", self.loc(node),
+                                   "unknown name") from None
+            self.bindings.append(Binding(self.fn, node.id, value))
+            return value
+        if isinstance(node, ast.Attribute):
+            base = self.resolve_object(node.value)
+            if not isinstance(base, types.ModuleType):
+                self.error(node, f"the attribute .{node.attr} of a value", "use mf.* or math.* "
+                           "functions on scalars")
+            if not hasattr(base, node.attr):
+                raise CompileError(f"module {base.__name__!r} has no attribute {node.attr!r}",
+                                   self.loc(node), "unknown name")
+            return getattr(base, node.attr)
+        self.error(node, f"calling the result of {type(node).__name__}", "call a function by name")
+
+    def expr_Attribute(self, node):
+        if isinstance(node.value, ast.Name) and node.value.id in self.locals:
+            self.error(node, f"the attribute .{node.attr} of a value", "scalars have no attributes; "
+                       "use mf.* or math.* functions")
+        value = self.resolve_object(node)
+        const = _as_constant(value)
+        if const is not None:
+            return Const(const)
+        self.error(node, f"the attribute {node.attr!r} used as a value", "call it or use a number")
+
+    def expr_BinOp(self, node):
+        op = _BINOPS.get(type(node.op))
+        if op is None:
+            self.error(node, f"the operator {type(node.op).__name__}",
+                       "use + - * / // % ** (and `and`/`or` for conditions)")
+        return self.call(op, (self.atom(node.left), self.atom(node.right)), node)
+
+    def expr_UnaryOp(self, node):
+        operand = self.atom(node.operand)
+        if isinstance(node.op, ast.USub):
+            return self.call("negative", (operand,), node)
+        if isinstance(node.op, ast.UAdd):
+            return operand
+        if isinstance(node.op, ast.Not):
+            return self.call("logical_not", (operand,), node)
+        self.error(node, "the operator ~", "use `not` for conditions")
+
+    def expr_Compare(self, node):
+        ops = []
+        for op in node.ops:
+            name = _CMPOPS.get(type(op))
+            if name is None:
+                self.error(node, f"the comparison {type(op).__name__}", "use < <= > >= == !=")
+            ops.append(name)
+        left = self.atom(node.left)
+        if len(ops) == 1:
+            return self.call(ops[0], (left, self.atom(node.comparators[0])), node)
+        result = self.select_var()
+        right = self.atom(node.comparators[0])
+        self.emit(Assign(result, Call(ops[0], (left, right)), self.loc(node)))
+        self.chain(result, right, ops[1:], node.comparators[1:], node)
+        return Var(result)
+
+    def chain(self, result, left, ops, comparators, node):
+        saved, self.out = self.out, []
+        right = self.atom(comparators[0])
+        self.emit(Assign(result, Call(ops[0], (left, right)), self.loc(node)))
+        if len(ops) > 1:
+            self.chain(result, right, ops[1:], comparators[1:], node)
+        body, self.out = self.out, saved
+        self.emit(If(Var(result), body, [], self.loc(node)))
+
+    def expr_BoolOp(self, node):
+        is_and = isinstance(node.op, ast.And)
+        result = self.select_var()
+        self.emit(Assign(result, Call("truth", (self.atom(node.values[0]),)), self.loc(node)))
+        self.bool_rest(result, node.values[1:], is_and, node)
+        return Var(result)
+
+    def bool_rest(self, result, values, is_and, node):
+        saved, self.out = self.out, []
+        self.emit(Assign(result, Call("truth", (self.atom(values[0]),)), self.loc(node)))
+        if len(values) > 1:
+            self.bool_rest(result, values[1:], is_and, node)
+        rest, self.out = self.out, saved
+        self.emit(If(Var(result), rest, [], self.loc(node)) if is_and
+                  else If(Var(result), [], rest, self.loc(node)))
+
+    def expr_IfExp(self, node):
+        cond = self.atom(node.test)
+        result = self.select_var()
+        saved, self.out = self.out, []
+        self.emit(Assign(result, self.atom(node.body), self.loc(node)))
+        body, self.out = self.out, []
+        self.emit(Assign(result, self.atom(node.orelse), self.loc(node)))
+        orelse, self.out = self.out, saved
+        self.emit(If(cond, body, orelse, self.loc(node)))
+        return Var(result)
+
+    def expr_Call(self, node):
+        if node.keywords:
+            self.error(node, "keyword arguments in a call", "pass arguments by position")
+        target = self.resolve_object(node.func)
+        name = ast.unparse(node.func)
+        if getattr(target, "fn", target) in self.stack + (self.fn,):
+            self.error(node, f"recursion (a call to {name})", "write the recursion as a while loop")
+        args = [self.expr(a) for a in node.args]
+        if any(isinstance(a, tuple) for a in args):
+            self.error(node, "a tuple as an argument", "unpack it first: a, b = ...")
+        return _call_object(self, target, name, args, node)
+
+
+def _count_outputs(stmts, fe) -> int:
+    counts = {len(s.values) for s in _walk_returns(stmts)}
+    if len(counts) > 1:
+        first = next(s for s in _walk_returns(stmts))
+        raise CompileError(f"return statements give different numbers of outputs {sorted(counts)}; "
+                           "return the same number of values everywhere", first.loc, "return")
+    return counts.pop()
+
+
+def _walk_returns(stmts):
+    from .ir import walk
+    return (s for s in walk(stmts) if isinstance(s, Return))
+
+
+def _constant_int(node, fe) -> int:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_constant_int(node.operand, fe)
+    value = fe.expr(node)
+    if isinstance(value, Const) and isinstance(value.value, int) and not isinstance(value.value, bool):
+        return value.value
+    raise CompileError("range() step must be an integer constant", fe.loc(node), "range")
+
+
+def _as_constant(value):
+    if isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, (np.integer, np.floating, np.bool_)) and np.ndim(value) == 0:
+        return value.item()
+    return None
+
+
+def _assigned_locals(node) -> set:
+    names: set = set()
+    body = node.body if isinstance(node.body, list) else [node.body]
+    for stmt in body:
+        for sub in ast.walk(stmt):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                names.add(sub.id)
+    return names
+
+
+_MF_PRIMITIVES: dict = {}
+
+
+def _minflux_primitive(target) -> str | None:
+    """The table name of a minflux elementwise op (mf.tanh, mf.where, ...), or None."""
+    if not _MF_PRIMITIVES:
+        import minflux
+        from .. import elementwise
+        for module in (minflux, elementwise):
+            for name in rules.TABLE:
+                obj = getattr(module, name, None)
+                if callable(obj):
+                    _MF_PRIMITIVES[id(obj)] = (obj, name)
+    hit = _MF_PRIMITIVES.get(id(target))
+    return hit[1] if hit is not None and hit[0] is target else None
+
+
+def _call_object(fe: _Frontend, target, name: str, args: list, node):
+    from .api import ElementwiseFunction, ScalarRuleFunction
+
+    def need(n_min, n_max=None):
+        n_max = n_min if n_max is None else n_max
+        if not n_min <= len(args) <= n_max:
+            raise CompileError(f"{name}() takes {n_min if n_min == n_max else f'{n_min} to {n_max}'} "
+                               f"argument(s), got {len(args)}", fe.loc(node), name)
+
+    if isinstance(target, ScalarRuleFunction):
+        need(target.arity)
+        fe.subroutines.update(target.subroutines())
+        return fe.call(target.op, tuple(args), node)
+    if isinstance(target, ElementwiseFunction):
+        return _inline(fe, target.fn, args, node)
+    if target is abs:
+        need(1)
+        return fe.call("abs", tuple(args), node)
+    if target is min or target is max:
+        if len(args) < 2:
+            fe.error(node, f"{name}() of fewer than two values", "pass two or more scalars")
+        op = "minimum" if target is min else "maximum"
+        acc = args[0]
+        for a in args[1:]:
+            acc = fe.call(op, (acc, a), node)
+        return acc
+    if target is float:
+        need(1)
+        return fe.call("float", tuple(args), node)
+    if target is bool:
+        need(1)
+        return fe.call("truth", tuple(args), node)
+    if target is int:
+        fe.error(node, "int()", "use math.floor(x) or math.trunc(x) (they return floats here)")
+    if isinstance(target, types.BuiltinFunctionType) and getattr(target, "__module__", None) == "math":
+        return _math_call(fe, target.__name__, args, node, need)
+    op = _minflux_primitive(target)
+    if op is not None:
+        need(rules.TABLE[op].arity)
+        return fe.call(op, tuple(args), node)
+    if target is range:
+        fe.error(node, "range() outside a for statement", "use it as for k in range(n)")
+    kind = type(target).__name__
+    fe.error(node, f"a call to {name} (a {kind})", "call math.*, mf.* primitives, other "
+             "@mf.elementwise functions or @mf.scalar_rule functions")
+
+
+def _math_call(fe, fname, args, node, need):
+    if fname == "log" and len(args) == 2:
+        num = fe.call("log", (args[0],), node)
+        den = fe.call("log", (args[1],), node)
+        return fe.call("divide", (num, den), node)
+    op = _MATH_ALIASES.get(fname, fname)
+    if op not in rules.TABLE:
+        fe.error(node, f"math.{fname}", "use a function of the derivative table (mf.* or math.exp, "
+                 "log, sqrt, sin, cos, tan, tanh, ...), or add one with mf.scalar_rule")
+    need(rules.TABLE[op].arity)
+    return fe.call(op, tuple(args), node)
+
+
+def _inline(fe: _Frontend, callee: Callable, args: list, node):
+    """Inline elementwise function ``callee``: its body with renamed variables, returns as jumps."""
+    from .ir import walk
+    cnode, filename, offset = _source_node(callee)
+    fe.counter[2] += 1
+    sub = _Frontend(callee, cnode, filename, offset, fe.counter, f"_{fe.counter[2]}", fe.bindings,
+                    fe.stack + (fe.fn,), fe.subroutines)
+    if len(args) != len(sub.params):
+        raise CompileError(f"{callee.__name__}() takes {len(sub.params)} argument(s), got {len(args)}",
+                           fe.loc(node), callee.__name__)
+    inner = sub.function()
+    fe.temps |= sub.temps
+    for p, a in zip(inner.params, args):
+        fe.emit(Assign(p, a, fe.loc(node)))
+    results = [fe.select_var() for _ in range(inner.n_outputs)]
+    body = inner.body
+    last = body[-1] if body else None
+    simple = isinstance(last, Return) and not any(contains_return(s) for s in body[:-1])
+    if simple:
+        fe.out.extend(body[:-1])
+        for r, v in zip(results, last.values):
+            fe.emit(Assign(r, v, last.loc))
+    else:
+        flag = fe.select_var()
+        fe.emit(Assign(flag, Const(False), fe.loc(node)))
+        fe.out.extend(_eliminate_returns(body, results, flag, 0))
+    values = tuple(Var(r) for r in results)
+    return values if len(values) > 1 else values[0]
+
+
+def _eliminate_returns(stmts: list, results: list, flag: str, depth: int) -> list:
+    """Rewrite ``return v`` as ``result = v; flag = True`` plus jumps, guarding what follows."""
+    out: list = []
+    for i, s in enumerate(stmts):
+        if isinstance(s, Return):
+            out += [Assign(r, v, s.loc) for r, v in zip(results, s.values)]
+            out.append(Assign(flag, Const(True), s.loc))
+            if depth:
+                out.append(Break(s.loc))
+            return out
+        if isinstance(s, If):
+            out.append(If(s.cond, _eliminate_returns(s.body, results, flag, depth),
+                          _eliminate_returns(s.orelse, results, flag, depth), s.loc))
+        elif isinstance(s, Loop):
+            out.append(Loop(_eliminate_returns(s.body, results, flag, depth + 1), s.latch, s.loc))
+        else:
+            out.append(s)
+        if contains_return(s):
+            rest = _eliminate_returns(stmts[i + 1:], results, flag, depth)
+            if isinstance(s, Loop) and depth:
+                out.append(If(Var(flag), [Break(s.loc)], [], s.loc))
+                out += rest
+            elif depth:
+                out += rest
+            elif rest:
+                out.append(If(Var(flag), [], rest, s.loc))
+            return out
+    return out
+
+
+def parse(fn: Callable) -> Parsed:
+    """Compile the Python scalar function ``fn`` to untyped IR (raises `CompileError`)."""
+    if not isinstance(fn, types.FunctionType):
+        raise CompileError(f"can only compile Python functions, got {type(fn).__name__}; pass a function "
+                           "defined with def or lambda", None, "function")
+    node, filename, offset = _source_node(fn)
+    bindings: list = []
+    fe = _Frontend(fn, node, filename, offset, [0, 0, 0], "", bindings, (), {})
+    return Parsed(fe.function(), bindings)

@@ -1,0 +1,379 @@
+"""The CPU backend: IR -> Python source of a scalar kernel -> numba machine code, cached on disk.
+
+Each transformed function becomes a generated module with
+
+* ``_body(...)``: the scalar function on one element (inlined into the loop). A loop-free
+  function is first if-converted (`minflux.broadcast.ifconvert`), so the element loop is
+  straight-line code with selects that LLVM vectorises; a function with ``while``/``for`` loops
+  keeps real branches and loops. In float32 kernels exp, log, tanh, sigmoid, log1p, expm1 and
+  softplus are the vectorisable implementations of `minflux.broadcast.fastmath`.
+* ``kernel(r0, r1, inner, total, inputs..., outputs...)``: the loop over rows ``r0:r1`` of a
+  ``(rows, inner)`` view of the broadcast shape. Each input is passed in its smallest form: a full
+  contiguous array (sliced per row), a per-row vector (an ``(n, 1)`` control input is never
+  materialised), a per-column vector, or a single value. Outputs are preallocated contiguous arrays;
+  one pass over memory writes every output and every partial. The kernel releases the GIL and large
+  calls split their rows over a thread pool.
+
+Kernels are cached in memory and on disk under `cache_dir()` (``MINFLUX_CACHE_DIR`` overrides it):
+the module's file name is a hash of its source, which spells out the transformed IR (so the scalar
+function's source, constants, input kinds and dtypes and the differentiable-input mask), the input
+layouts, and the minflux and numba versions; numba's own cache next to it holds the machine code, so
+a second process loads the kernel instead of compiling it.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from .ifconvert import if_convert
+from .ir import Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var, has_loops
+
+BRANCHES = os.environ.get("MINFLUX_NUMBA_BRANCHES", "auto")  # "auto" | "select" | "real"
+PARALLEL_MIN_ELEMENTS = 1 << 16
+_FLAT_BLOCK = 1 << 14
+
+_FAST32 = {"exp": "exp_f32", "log": "log_f32", "tanh": "tanh_f32", "sigmoid": "sigmoid_f32",
+           "log1p": "log1p_f32", "expm1": "expm1_f32", "softplus": "softplus_f32"}
+_LIBM64 = {"exp": "math.exp({0})", "log": "_log64({0})", "tanh": "math.tanh({0})",
+           "sigmoid": "_sigmoid64({0})", "log1p": "_log1p64({0})", "expm1": "math.expm1({0})",
+           "softplus": "_softplus64({0})"}
+_TEMPLATES = {
+    "add": "({0} + {1})", "subtract": "({0} - {1})", "multiply": "({0} * {1})",
+    "divide": "({0} / {1})", "floor_divide": "({0} // {1})", "mod": "({0} % {1})",
+    "power": "_F({0} ** {1})", "negative": "(-{0})", "abs": "abs({0})", "sign": "np.sign({0})",
+    "floor": "np.floor({0})", "maximum": "_max({0}, {1})", "minimum": "_min({0}, {1})",
+    "clip": "_min(_max({0}, {1}), {2})", "sqrt": "np.sqrt({0})", "relu": "_max({0}, _F(0.0))",
+    "where": "({1} if {0} else {2})", "less": "({0} < {1})", "less_equal": "({0} <= {1})",
+    "greater": "({0} > {1})", "greater_equal": "({0} >= {1})", "equal": "({0} == {1})",
+    "not_equal": "({0} != {1})", "logical_and": "({0} & {1})", "logical_or": "({0} | {1})",
+    "logical_not": "(not {0})", "float": "_F({0})", "int": "_I({0})",
+}
+_MATH_UNARY = {"sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+               "atanh", "log2", "log10", "ceil", "trunc"}
+_MATH_BINARY = {"atan2", "hypot"}
+
+_HEADER = '''"""A minflux elementwise kernel, generated from the scalar function {name}. Do not edit."""
+import math
+import numpy as np
+from numba import njit
+from minflux.broadcast.fastmath import (exp_f32, log_f32, tanh_f32, sigmoid_f32, log1p_f32,
+                                        expm1_f32, softplus_f32)
+from minflux.broadcast.numba_runtime import (_max, _min, _log64, _log1p64, _sigmoid64,
+                                             _softplus64)
+
+_F = np.{float_type}
+_I = np.int64
+'''
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels live: ``$MINFLUX_CACHE_DIR``, else the user cache dir + ``/minflux``.
+
+    >>> str(cache_dir()).endswith("minflux") or "MINFLUX_CACHE_DIR" in __import__("os").environ
+    True
+    """
+    env = os.environ.get("MINFLUX_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "minflux"
+
+
+# -- source generation ---------------------------------------------------------------------------
+
+class _Printer:
+    def __init__(self, fn: Function, float_type: str, sub_names: dict):
+        self.fn = fn
+        self.f32 = float_type == "float32"
+        self.sub_names = sub_names
+        self.lines: list = []
+
+    def atom(self, a) -> str:
+        if isinstance(a, Var):
+            return a.name
+        v = a.value
+        if isinstance(v, bool):
+            return repr(v)
+        if isinstance(v, int):
+            return f"_I({v})"
+        if math.isnan(v):
+            return "_F(np.nan)"
+        if math.isinf(v):
+            return "_F(np.inf)" if v > 0 else "_F(-np.inf)"
+        return f"_F({v!r})"
+
+    def call(self, c: Call) -> str:
+        args = [self.atom(a) for a in c.args]
+        op = c.op
+        if op in self.sub_names:
+            return f"{self.sub_names[op]}({', '.join(args)})"
+        if op in _FAST32 and self.f32:
+            return f"{_FAST32[op]}({args[0]})"
+        if op in _LIBM64:
+            return "_F(" + _LIBM64[op].format(*args) + ")"
+        if op in _TEMPLATES:
+            return _TEMPLATES[op].format(*args)
+        if op in _MATH_UNARY:
+            return f"_F(math.{op}({args[0]}))"
+        if op in _MATH_BINARY:
+            return f"_F(math.{op}({args[0]}, {args[1]}))"
+        raise NotImplementedError(f"the numba backend has no code for the primitive {op!r}")
+
+    def value(self, v) -> str:
+        return self.call(v) if isinstance(v, Call) else self.atom(v)
+
+    def block(self, stmts: list, indent: str, latch: list | None):
+        if not stmts:
+            self.lines.append(indent + "pass")
+        for s in stmts:
+            if isinstance(s, Assign):
+                self.lines.append(f"{indent}{s.target} = {self.value(s.value)}")
+            elif isinstance(s, If):
+                self.lines.append(f"{indent}if {self.atom(s.cond)}:")
+                self.block(s.body, indent + "    ", latch)
+                if s.orelse:
+                    self.lines.append(f"{indent}else:")
+                    self.block(s.orelse, indent + "    ", latch)
+            elif isinstance(s, Loop):
+                self.lines.append(f"{indent}while True:")
+                self.block(s.body + s.latch, indent + "    ", s.latch)
+            elif isinstance(s, Break):
+                self.lines.append(f"{indent}break")
+            elif isinstance(s, Continue):
+                if latch:
+                    self.block(latch, indent, latch)
+                self.lines.append(f"{indent}continue")
+            elif isinstance(s, Return):
+                values = ", ".join(self.atom(v) for v in s.values)
+                self.lines.append(f"{indent}return ({values},)")
+            else:  # pragma: no cover
+                raise TypeError(f"not an IR statement: {s!r}")
+
+    def function(self, name: str) -> list:
+        fn = self.fn
+        out = [f"@njit(inline='always', error_model='numpy')",
+               f"def {name}({', '.join(fn.params)}):"]
+        zero = {"f": "_F(0.0)", "i": "_I(0)", "b": "False"}
+        params = set(fn.params)
+        for var, kind in sorted(fn.kinds.items()):
+            if var not in params:
+                out.append(f"    {var} = {zero[kind]}")
+        self.block(fn.body, "    ", None)
+        return out + self.lines
+
+
+def _prepare(fn: Function) -> Function:
+    mode = BRANCHES
+    if mode == "select" or (mode == "auto" and not has_loops(fn.body)):
+        if not has_loops(fn.body):
+            return if_convert(fn)
+    return fn
+
+
+def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
+    """The Python source of the kernel module for transformed ``fn`` and input ``patterns``.
+
+    ``patterns[k]`` is ``"F"`` (full), ``"R"`` (one value per row), ``"C"`` (one per column) or
+    ``"S"`` (one value).
+    """
+    lines = [_HEADER.format(name=fn.name, float_type=float_type)]
+    sub_names = {op: f"_sub{i}" for i, op in enumerate(sorted(fn.subroutines))}
+    for op, name in sub_names.items():
+        lines += _Printer(_prepare(fn.subroutines[op]), float_type, sub_names).function(name)
+        lines.append("")
+    lines += _Printer(_prepare(fn), float_type, sub_names).function("_body")
+    lines.append("")
+    n_in, n_out = len(fn.params), fn.n_outputs
+    ins = [f"in{k}" for k in range(n_in)]
+    outs = [f"out{m}" for m in range(n_out)]
+    lines.append("@njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)")
+    lines.append(f"def kernel(r0, r1, inner, total, {', '.join(ins + outs)}):")
+    for k, p in enumerate(patterns):
+        if p == "S":
+            lines.append(f"    a{k} = in{k}[0]")
+    lines.append("    for r in range(r0, r1):")
+    lines.append("        lo = r * inner")
+    lines.append("        hi = min(lo + inner, total)")
+    for k, p in enumerate(patterns):
+        if p == "F":
+            lines.append(f"        a{k} = in{k}[lo:hi]")
+        elif p == "R":
+            lines.append(f"        a{k} = in{k}[r]")
+    for m in range(n_out):
+        lines.append(f"        b{m} = out{m}[lo:hi]")
+    lines.append("        for j in range(hi - lo):")
+    args = []
+    for k, p in enumerate(patterns):
+        args.append(f"a{k}[j]" if p == "F" else f"in{k}[j]" if p == "C" else f"a{k}")
+    results = [f"y{m}" for m in range(n_out)]
+    lines.append(f"            {', '.join(results)}, = _body({', '.join(args)})")
+    for m in range(n_out):
+        lines.append(f"            b{m}[j] = y{m}")
+    return "\n".join(lines) + "\n"
+
+
+# -- layout ---------------------------------------------------------------------------------------
+
+def plan_layout(arrays: list, shape: tuple):
+    """Choose the ``(rows, inner)`` view and each input's pattern and prepared 1-d array.
+
+    Returns ``(rows, inner, total, patterns, flat_inputs)``.
+
+    >>> import numpy as np
+    >>> rows, inner, total, patterns, _ = plan_layout([np.ones((3, 1)), np.ones((3, 4)), np.ones(())], (3, 4))
+    >>> rows, inner, total, patterns
+    (3, 4, 12, ('R', 'F', 'S'))
+    """
+    total = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    d = len(shape)
+    keep = [i for i in range(d) if shape[i] != 1]
+    dims = [shape[i] for i in keep]
+    full_masks = []
+    for a in arrays:
+        padded = (1,) * (d - a.ndim) + tuple(a.shape)
+        full_masks.append(tuple(padded[i] != 1 for i in keep))
+    r = len(dims)
+
+    def fits(mask, p):
+        return len(set(mask[:p])) <= 1 and len(set(mask[p:])) <= 1
+
+    uniform = all(len(set(m)) <= 1 for m in full_masks)
+    split = None
+    if not uniform:
+        for p in range(r - 1, 0, -1):
+            if all(fits(m, p) for m in full_masks):
+                split = p
+                break
+        if split is None:
+            split = r - 1
+    if split is None:
+        inner = min(total, _FLAT_BLOCK) or 1
+        rows = -(-total // inner) if total else 0
+    else:
+        rows = int(np.prod(dims[:split], dtype=np.int64))
+        inner = int(np.prod(dims[split:], dtype=np.int64))
+    patterns, flats = [], []
+    for a, mask in zip(arrays, full_masks):
+        outer_full = any(mask[:split]) if split is not None else any(mask)
+        inner_full = any(mask[split:]) if split is not None else any(mask)
+        if split is not None and not fits(mask, split):
+            a = np.broadcast_to(a, shape)
+            outer_full = inner_full = True
+        if outer_full and inner_full:
+            if a.shape != shape:
+                a = np.broadcast_to(a, shape)
+            patterns.append("F")
+            flats.append(np.ascontiguousarray(a).reshape(-1))
+        elif outer_full:
+            patterns.append("R")
+            flats.append(np.ascontiguousarray(a).reshape(-1))
+        elif inner_full:
+            patterns.append("C")
+            flats.append(np.ascontiguousarray(a).reshape(-1))
+        else:
+            patterns.append("S")
+            flats.append(np.ascontiguousarray(a).reshape(-1)[:1])
+    return rows, inner, total, tuple(patterns), flats
+
+
+# -- compiling and caching ------------------------------------------------------------------------
+
+_memory: dict = {}
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def _threads() -> int:
+    env = os.environ.get("MINFLUX_NUM_THREADS")
+    if env:
+        return max(1, int(env))
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def _version_tag() -> str:
+    import numba
+    from .. import __version__
+    return f"minflux {__version__} numba {numba.__version__} python {sys.version_info[:2]}"
+
+
+def _write_atomically(path: Path, text: str):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".py")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load_kernel(source: str):
+    """The compiled ``kernel`` of a generated module: from memory, from the disk cache, or new."""
+    digest = hashlib.sha256((_version_tag() + "\n" + source).encode()).hexdigest()[:24]
+    module_name = f"minflux_kernel_{digest}"
+    module = sys.modules.get(module_name)
+    if module is not None:
+        return module.kernel
+    path = cache_dir() / "kernels" / f"{module_name}.py"
+    try:
+        if not path.exists() or path.read_text() != source:
+            _write_atomically(path, source)
+    except OSError:
+        path = Path(tempfile.mkdtemp(prefix="minflux-kernels-")) / f"{module_name}.py"
+        _write_atomically(path, source)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module.kernel
+
+
+def kernel_for(entry, dual, kinds: tuple, float_dtype, patterns: tuple):
+    """The compiled kernel for one transformed function and input layout (memoised)."""
+    key = (id(dual), np.dtype(float_dtype).str, patterns, BRANCHES)
+    hit = entry.kernels.get(key)
+    if hit is not None and hit[0] is dual:
+        return hit[1]
+    source = generate_source(dual.function, np.dtype(float_dtype).name, patterns)
+    with _lock:
+        kernel = load_kernel(source)
+    entry.kernels[key] = (dual, kernel)
+    return kernel
+
+
+def run(entry, dual, arrays: list, kinds: tuple, float_dtype, shape: tuple) -> list:
+    """Run the kernel of ``dual`` on numpy ``arrays``; one new array of ``shape`` per output."""
+    global _pool
+    fn = dual.function
+    rows, inner, total, patterns, flats = plan_layout(arrays, shape)
+    dtypes = [float_dtype if k == "f" else np.int64 if k == "i" else np.bool_ for k in fn.output_kinds]
+    outs = [np.empty(total, dtype) for dtype in dtypes]
+    if total:
+        kernel = kernel_for(entry, dual, kinds, float_dtype, patterns)
+        n_threads = _threads()
+        if total >= PARALLEL_MIN_ELEMENTS and rows > 1 and n_threads > 1:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(n_threads, thread_name_prefix="minflux-kernel")
+            bounds = np.linspace(0, rows, min(n_threads, rows) + 1).astype(int)
+            futures = [_pool.submit(kernel, int(a), int(b), inner, total, *flats, *outs)
+                       for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+            for f in futures:
+                f.result()
+        else:
+            kernel(0, rows, inner, total, *flats, *outs)
+    return [o.reshape(shape) for o in outs]

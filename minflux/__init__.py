@@ -32,9 +32,11 @@ __all__ = [
 __all__ += ["broadcast_to", "concatenate", "cross_entropy", "expand_dims", "log_softmax", "logsumexp",
             "max", "min", "softmax", "split", "squeeze", "stack", "swapaxes", "take", "unstack"]
 
-from .broadcast.api import broadcast, elementwise  # noqa: E402
+from .broadcast.api import (CompileError, broadcast, elementwise, get_elementwise_backend,  # noqa: E402
+                            scalar_rule, set_elementwise_backend)
 
-__all__ += ["broadcast", "elementwise"]
+__all__ += ["CompileError", "broadcast", "elementwise", "get_elementwise_backend", "scalar_rule",
+            "set_elementwise_backend"]
 
 from . import nn, optim  # noqa: E402  (layers and optimisers build on everything above)
 from .io import load, save  # noqa: E402

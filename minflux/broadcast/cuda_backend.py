@@ -87,7 +87,8 @@ def _elementwise_kernel(ck: CKernel):
     out_params = ", ".join(f"{dtype_of_kind(k, ck.float_type)} out{i}" for i, k in enumerate(ck.output_kinds))
     call = ", ".join([f"in{i}" for i in range(len(ck.input_kinds))]
                      + [f"&out{i}" for i in range(len(ck.output_kinds))])
-    return cupy.ElementwiseKernel(in_params, out_params, f"{ck.name}({call});", ck.name,
+    # The __global__ kernel CuPy generates needs a name of its own (the device function has ck.name).
+    return cupy.ElementwiseKernel(in_params, out_params, f"{ck.name}({call});", f"{ck.name}_kernel",
                                   preamble=HELPERS + "\n" + ck.source)
 
 

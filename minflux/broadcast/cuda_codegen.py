@@ -178,7 +178,11 @@ def _const(value, float_type: str) -> str:
 
 
 _UNARY_F = {"exp": "exp", "log": "log", "log1p": "log1p", "expm1": "expm1", "sqrt": "sqrt",
-            "sin": "sin", "cos": "cos", "tanh": "tanh", "floor": "floor", "abs": "fabs"}
+            "sin": "sin", "cos": "cos", "tanh": "tanh", "floor": "floor", "abs": "fabs", "tan": "tan",
+            "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh",
+            "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "log2": "log2", "log10": "log10",
+            "ceil": "ceil", "trunc": "trunc"}
+_BINARY_F = {"power": "pow", "atan2": "atan2", "hypot": "hypot"}
 _FAST_F32 = {"exp": "__expf", "log": "__logf"}
 _COMPARISONS = {"less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">=", "equal": "==",
                 "not_equal": "!="}
@@ -190,8 +194,8 @@ def supported_primitives() -> set:
     >>> {"tanh", "where", "sigmoid"} <= supported_primitives()
     True
     """
-    return (set(_UNARY_F) | set(_COMPARISONS) | {
-        "add", "subtract", "multiply", "divide", "power", "floor_divide", "mod", "negative", "sign",
+    return (set(_UNARY_F) | set(_BINARY_F) | set(_COMPARISONS) | {
+        "add", "subtract", "multiply", "divide", "floor_divide", "mod", "negative", "sign",
         "maximum", "minimum", "clip", "sigmoid", "relu", "softplus", "where", "logical_and",
         "logical_or", "logical_not", "float", "int"})
 
@@ -286,8 +290,8 @@ class _Printer:
             return f"__fdividef({a[0]}, {a[1]})" if self.fast else f"({a[0]} / {a[1]})"
         if op == "negative":
             return f"(-{a[0]})"
-        if op == "power":
-            return f"pow{sfx}({a[0]}, {a[1]})"
+        if op in _BINARY_F:
+            return f"{_BINARY_F[op]}{sfx}({a[0]}, {a[1]})"
         if op in ("mod", "floor_divide"):
             helper = "mod" if op == "mod" else "floordiv"
             return f"minflux_{helper}_{tag}({a[0]}, {a[1]})"

@@ -24,7 +24,8 @@ INTS = [-2**63, -7, -3, -2, -1, 0, 1, 2, 3, 5, 2**62]
 BOOLS = [False, True]
 VALUES = {"f": FLOATS, "i": INTS, "b": BOOLS}
 TRANSCENDENTAL = {"exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "sigmoid", "softplus",
-                  "power"}
+                  "power", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+                  "log2", "log10", "atan2", "hypot"}
 
 
 def primitive_function(op: str, kinds: tuple) -> Function:
@@ -174,3 +175,8 @@ def test_unknown_primitive_is_a_clear_compile_error():
                   kinds={"x": "f", "t": "f"}, output_kinds=["f"])
     with pytest.raises(CompileError, match="no C form for the primitive 'erf'"):
         cuda_codegen.generate(fn, "float32")
+
+
+def test_every_primitive_of_the_derivative_table_has_a_c_form():
+    missing = {op for op in TABLE if "." not in op} - cuda_codegen.supported_primitives()
+    assert not missing, f"give these primitives a C form in cuda_codegen.py: {sorted(missing)}"

@@ -271,10 +271,8 @@ def run_on_device(dual: DualFunction, arrays: list, kinds: tuple, float_dtype, s
 
     Returns one CuPy array of ``shape`` per output of ``dual.function``.
     """
-    raise NotImplementedError(
-        "elementwise functions on CuPy arrays need the CUDA backend of the broadcast compiler "
-        "(minflux.broadcast.cuda_backend), which is not available yet; move the arrays to the CPU "
-        "with mf.to_device(x, \"cpu\")")
+    from . import cuda_backend
+    return cuda_backend.run(dual, arrays, kinds, float_dtype, shape)
 
 
 def _run_numpy(dual: DualFunction, arrays: list, float_dtype, shape: tuple, xp) -> list:

@@ -467,7 +467,8 @@ def generate(fn: Function, float_type: str, *, name: str = "minflux_kernel", fas
     ``input_kinds`` are the kinds of the arrays passed in (default: the kinds of the parameters).
     """
     if float_type not in _FLOAT_TYPES:
-        raise ValueError(f"float_type must be float32 or float64, got {float_type!r}")
+        raise TypeError(f"the CUDA backend computes elementwise functions in float32 or float64, not "
+                        f"{float_type}; convert the arrays first, e.g. x.astype(cupy.float32)")
     if not fn.kinds:
         raise ValueError("generate needs a typed function: run kinds.infer_kinds first")
     input_kinds = list(input_kinds) if input_kinds is not None else [fn.kinds[p] for p in fn.params]

@@ -312,3 +312,8 @@ def test_the_test_functions_exercise_loops_branches_and_rules(compiled_programs)
     assert any("for (;;)" in t for t in texts) and any("goto minflux_latch_" in t for t in texts)
     assert sum("if (" in t for t in texts) >= 8
     assert any(t.count("float *out") >= 4 for t in texts)
+
+
+def test_half_precision_is_refused_with_the_conversion_to_use():
+    with pytest.raises(TypeError, match=r"float32 or float64, not float16.*astype"):
+        cuda_codegen.generate(primitive_function("exp", ("f",)), "float16")

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .ir import (Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var,
-                 operand_kind, result_kind)
+                 assigned_names, operand_kind, result_kind)
 from .rules import TABLE
 
 _ZERO = Const(0.0)
@@ -137,6 +137,7 @@ class _Transform:
         self.returns: list = []
         self.math = _RuleMath(self)
         self.owner: dict = {}
+        self.assigned = set(assigned_names(fn.body))
 
     # -- symbolic arithmetic ---------------------------------------------------------------------
     def new_temp(self, kind: str) -> str:
@@ -304,9 +305,21 @@ class _Transform:
             for k, dk in pa.items():
                 term = self.op("multiply", _Sym(r, self), _Sym(dk, self)).atom
                 acc[k] = term if k not in acc else self.op("add", _Sym(acc[k], self), _Sym(term, self)).atom
-        state[target] = {k: self.partial_value(v) for k, v in acc.items()
+        state[target] = {k: self.stable(self.partial_value(v)) for k, v in acc.items()
                          if not (isinstance(v, Const) and v.value == 0)}
         return state
+
+    def stable(self, atom):
+        """``atom``, or a copy of it when it names a variable that a later statement may reassign.
+
+        A rule may return an argument itself (d(a*b)/da is b); a partial must not change when that
+        variable is assigned again, so it is copied into a temporary.
+        """
+        if isinstance(atom, Var) and atom.name in self.assigned and atom.name not in self.temps:
+            copy = self.new_temp(self.kinds[atom.name])
+            self.out.append(Assign(copy, atom))
+            return Var(copy)
+        return atom
 
     def join(self, states: list) -> dict | None:
         live = [st for st in states if st is not None]

@@ -50,7 +50,8 @@ _TEMPLATES = {
     "add": "({0} + {1})", "subtract": "({0} - {1})", "multiply": "({0} * {1})",
     "divide": "({0} / {1})", "floor_divide": "({0} // {1})", "mod": "({0} % {1})",
     "power": "_F({0} ** {1})", "negative": "(-{0})", "abs": "abs({0})", "sign": "np.sign({0})",
-    "floor": "np.floor({0})", "maximum": "_max({0}, {1})", "minimum": "_min({0}, {1})",
+    "floor": "np.floor({0})", "ceil": "np.ceil({0})", "trunc": "np.trunc({0})",
+    "maximum": "_max({0}, {1})", "minimum": "_min({0}, {1})",
     "clip": "_min(_max({0}, {1}), {2})", "sqrt": "np.sqrt({0})", "relu": "_max({0}, _F(0.0))",
     "where": "({1} if {0} else {2})", "less": "({0} < {1})", "less_equal": "({0} <= {1})",
     "greater": "({0} > {1})", "greater_equal": "({0} >= {1})", "equal": "({0} == {1})",
@@ -58,7 +59,7 @@ _TEMPLATES = {
     "logical_not": "(not {0})", "float": "_F({0})", "int": "_I({0})",
 }
 _MATH_UNARY = {"sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
-               "atanh", "log2", "log10", "ceil", "trunc"}
+               "atanh", "log2", "log10"}
 _MATH_BINARY = {"atan2", "hypot"}
 
 _HEADER = '''"""A minflux elementwise kernel, generated from the scalar function {name}. Do not edit."""

@@ -1,0 +1,70 @@
+"""The real models end to end: train a tiny HM-LSTM, interrupt and resume it exactly, then evaluate,
+sample and draw its boundaries; the LSTM baseline trains through the same loop."""
+import os
+import signal
+
+import numpy as np
+import pytest
+
+import minflux as mf
+from train.boundaries import main as boundaries_main
+from train.config import load_config
+from train.evaluate import main as evaluate_main
+from train.loop import Trainer, train
+from train.runs import RunDir
+from train.sample import main as sample_main
+
+TINY = ["model.embed_size=8", "model.hidden_sizes=[12, 12]", "model.output_embed_size=16",
+        "train.batch_size=3", "train.seq_len=10", "train.max_steps=12", "train.checkpoint_every=4",
+        "train.eval_every=6", "train.eval_chars=200", "sample.length=15"]
+
+
+def final_parameters(config, path):
+    trainer = Trainer(config, RunDir(path), resume=True)
+    trainer.restore()
+    return trainer, {n: np.array(a) for n, a in mf.tree.named_leaves(trainer.model, trainable_only=False)}
+
+
+def test_hmlstm_interrupted_and_resumed_equals_uninterrupted_then_tools_work(cfg, tmp_path, monkeypatch,
+                                                                             capsys):
+    config = load_config(cfg, TINY + ["model.kind=hmlstm"])
+    whole = train(config, RunDir(tmp_path / "whole"))
+    assert whole.stopped == "max_steps" and np.isfinite(whole.valid.bpc)
+
+    real_step = Trainer.train_step
+
+    def ctrl_c_at_step_5(self, window):
+        result = real_step(self, window)
+        if self.position.step == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(Trainer, "train_step", ctrl_c_at_step_5)
+    assert train(config, RunDir(tmp_path / "split")).stopped == "interrupted"
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+    resumed = train(config, RunDir(tmp_path / "split"), resume=True)
+
+    a, pa = final_parameters(config, tmp_path / "whole")
+    b, pb = final_parameters(config, tmp_path / "split")
+    assert pa.keys() == pb.keys() and all(np.array_equal(pa[k], pb[k]) for k in pa)
+    assert a.position == b.position and a.model.slope == b.model.slope
+    assert resumed.valid.bpc == whole.valid.bpc and resumed.sample == whole.sample
+
+    run = str(tmp_path / "split")
+    capsys.readouterr()
+    assert evaluate_main([run, "--split", "test", "--device", "cpu"]) == 0
+    assert "bits per character" in capsys.readouterr().out
+    assert sample_main([run, "--prime", "the ", "--length", "10", "--seed", "1"]) == 0
+    assert len(capsys.readouterr().out.rstrip("\n")) == 14
+    assert boundaries_main([run, "--text", "the cat sat on the mat", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "layer 1" in out and "layer 2" not in out  # two layers: one boundary detector
+    assert (tmp_path / "split" / "boundaries.html").is_file()
+
+
+def test_lstm_baseline_trains_and_has_no_boundaries(cfg, tmp_path, capsys):
+    config = load_config(cfg, TINY + ["model.kind=lstm", "train.max_steps=4"])
+    outcome = train(config, RunDir(tmp_path / "lstm"))
+    assert outcome.stopped == "max_steps" and np.isfinite(outcome.valid.bpc)
+    assert boundaries_main([str(tmp_path / "lstm"), "--text", "the cat"]) == 2
+    assert "no boundary detectors" in capsys.readouterr().err

@@ -283,7 +283,7 @@ def _run_numpy(dual: DualFunction, arrays: list, float_dtype, shape: tuple, xp) 
     for out, kind in zip(outs, kinds):
         dtype = float_dtype if kind == "f" else np.dtype(np.int64) if kind == "i" else np.dtype(bool)
         out = xp.asarray(out)
-        if out.shape == shape and out.dtype == dtype and not any(out is a for a in arrays):
+        if out.shape == shape and out.dtype == dtype and not any(out is a for a in arrays + result):
             result.append(out)
         else:
             full = xp.empty(shape, dtype)
@@ -358,7 +358,7 @@ def broadcast(fn: Callable, *args, mode: str = "mixed"):
     partials = dict(dual.constants)
     for (m, k), array in zip(dual.slots, outs[n:]):
         partials[(m, k)] = array
-    result = broadcast_node(name, args, outputs, partials)
+    result = broadcast_node(name, args, outputs, partials, fresh=True)
     return tuple(result) if n > 1 else result
 
 

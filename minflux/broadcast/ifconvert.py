@@ -106,6 +106,29 @@ class _Converter:
         return pred
 
 
+def _reuse_common_calls(body: list, stable: set) -> list:
+    """Replace a repeated call on unchanging operands by a copy of its first result.
+
+    Both sides of every branch now run on every lane, so a value both branches compute (the
+    ``sigmoid(i) * tanh(g)`` of two cell updates) is computed once.
+    """
+    seen: dict = {}
+    out = []
+    for s in body:
+        if isinstance(s, Assign) and isinstance(s.value, Call) and s.target in stable \
+                and all(isinstance(a, Const) or a.name in stable for a in s.value.args):
+            key = (s.value.op, tuple((type(a), a.value if isinstance(a, Const) else a.name,
+                                      type(a.value) if isinstance(a, Const) else None)
+                                     for a in s.value.args))
+            first = seen.get(key)
+            if first is not None:
+                out.append(Assign(s.target, Var(first), s.loc))
+                continue
+            seen[key] = s.target
+        out.append(s)
+    return out
+
+
 def if_convert(fn: Function) -> Function:
     """The straight-line form of loop-free typed ``fn`` (see the module docstring)."""
     if has_loops(fn.body):
@@ -114,6 +137,8 @@ def if_convert(fn: Function) -> Function:
     for name, kind in zip(cv.outputs, fn.output_kinds):
         cv.out.append(Assign(name, Const(_ZERO[kind])))
     cv.block(fn.body, Const(True))
-    body = cv.out + [Return(tuple(Var(o) for o in cv.outputs))]
+    reassigned = {s.target for s in cv.out if isinstance(s, Assign) and s.target not in cv.temps}
+    stable = cv.temps | (set(fn.params) - reassigned)
+    body = _reuse_common_calls(cv.out, stable) + [Return(tuple(Var(o) for o in cv.outputs))]
     return Function(fn.name, list(fn.params), body, cv.kinds, list(fn.output_kinds), cv.temps,
                     dict(fn.subroutines), fn.n_outputs)

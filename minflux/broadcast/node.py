@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+
 from ..autograd import record
+from ..backend import get_array_module
 
 
 def sum_to(grad, shape: tuple):
@@ -40,16 +43,25 @@ def _finish(acc, shape, dtype):
     return acc
 
 
-def _times(g, p):
-    return g if (p.__class__ is int or p.__class__ is float) and p == 1 else g * p
+def _times(g, p, fresh: bool = False):
+    if (p.__class__ is int or p.__class__ is float) and p == 1:
+        return g
+    if fresh and getattr(p, "shape", None) == getattr(g, "shape", ()) and p.dtype == g.dtype:
+        # p is a new array no one else holds: reuse it (the gradient of a sum needs no pass at all)
+        if isinstance(g, np.ndarray) and g.ndim and not any(g.strides) and g[(0,) * g.ndim] == 1:
+            return p
+        return get_array_module(p).multiply(g, p, out=p)
+    return g * p
 
 
-def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], partials: dict):
+def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], partials: dict,
+                   fresh: bool = False):
     """Record one broadcast node and return its outputs (Tensors when an argument is tracked).
 
     ``partials[(m, k)]`` is ``d outputs[m] / d args[k]`` (an array broadcastable to the output, or a
     number) for every output ``m`` and every argument ``k`` that needs a gradient. The node keeps
-    only these partials and the arguments' shapes, never the inputs.
+    only these partials and the arguments' shapes, never the inputs. ``fresh=True`` promises that
+    the partial arrays are new and referenced nowhere else, so the backward pass may overwrite them.
 
     >>> import minflux as mf, numpy as np
     >>> def double(x):
@@ -68,7 +80,7 @@ def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], parti
             grads = [None] * n_args
             for _, k, p, shape, dtype in terms:
                 if needs[k]:
-                    grads[k] = _finish(_times(g, p), shape, dtype)
+                    grads[k] = _finish(_times(g, p, fresh), shape, dtype)
             return grads
 
         return record(name, outputs[0], args, vjp)
@@ -80,7 +92,7 @@ def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], parti
             g = gout[m]
             if g is None or not needs[k]:
                 continue
-            term = _times(g, p)
+            term = _times(g, p, fresh)
             sums[k] = term if k not in sums else sums[k] + term
             meta[k] = (shape, dtype)
         grads = [None] * n_args

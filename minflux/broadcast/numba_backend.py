@@ -363,7 +363,8 @@ def run(entry, dual, arrays: list, kinds: tuple, float_dtype, shape: tuple) -> l
     fn = dual.function
     rows, inner, total, patterns, flats = plan_layout(arrays, shape)
     dtypes = [float_dtype if k == "f" else np.int64 if k == "i" else np.bool_ for k in fn.output_kinds]
-    outs = [np.empty(total, dtype) for dtype in dtypes]
+    results = [np.empty(shape, dtype) for dtype in dtypes]
+    outs = [r.reshape(-1) for r in results]
     if total:
         kernel = kernel_for(entry, dual, kinds, float_dtype, patterns)
         n_threads = _threads()
@@ -377,4 +378,4 @@ def run(entry, dual, arrays: list, kinds: tuple, float_dtype, shape: tuple) -> l
                 f.result()
         else:
             kernel(0, rows, inner, total, *flats, *outs)
-    return [o.reshape(shape) for o in outs]
+    return results

@@ -1,0 +1,266 @@
+"""The HM-LSTM cell update: forward plus the gradient of the sum w.r.t. c, f, i, g, on the CPU.
+
+float32 ``(dims, dims)`` arrays; ``z``/``zb`` are Bernoulli(0.5) control vectors of shape ``(dims, 1)``.
+Compared side by side in one process (medians over repeats, all threads of the machine):
+
+- ``mixed (numba)``: minflux mixed mode, the default backend: one fused kernel writes the value and
+  the four partials in one pass; the tape node's backward reuses them.
+- ``mixed (numpy)``: the same transformed function on the numpy reference backend.
+- ``reverse``: minflux ``mode="reverse"``: one tape node per op, branches as ``where``.
+- ``hand-written numba``: a parallel numba loop computing the value and the four gradients in one
+  pass with the same vectorisable float32 functions: the practical limit.
+- ``PyTorch eager`` and ``JAX jit`` (``jax.jit(jax.value_and_grad(...))``) when importable.
+
+Each implementation allocates its outputs on every call (as training does). glibc returns large
+freed blocks to the system and faults them in again, which costs as much as the arithmetic here;
+``--malloc reuse`` keeps freed memory in the process (``mallopt``) for every implementation alike;
+the default runs both settings, each in its own process. Peak memory of one gradient (tracemalloc,
+numpy allocations) compares mixed and reverse mode.
+
+    python benchmarks/cell_update.py              # writes benchmarks/results/cell_update.{json,md}
+    python benchmarks/cell_update.py --quick      # dims 256 and 512, few repeats
+"""
+from __future__ import annotations
+
+import os
+
+# idle OpenMP threads (PyTorch's) must sleep, not spin, or they starve numba's and JAX's threads
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import ctypes  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tracemalloc  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _common import markdown_table, median_time, write_results  # noqa: E402
+
+
+def reuse_freed_memory():
+    """Keep freed blocks in the heap (no mmap/trim), so big arrays are not faulted in again."""
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallopt(-3, 32 << 20)   # M_MMAP_THRESHOLD: the maximum glibc accepts
+    libc.mallopt(-1, 1 << 30)    # M_TRIM_THRESHOLD
+
+
+def make_inputs(dims: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    z = (rng.random((dims, 1)) < 0.5).astype(np.float32)
+    zb = (rng.random((dims, 1)) < 0.5).astype(np.float32)
+    c, f, i, g = (rng.standard_normal((dims, dims)).astype(np.float32) for _ in range(4))
+    return z, zb, c, f, i, g
+
+
+def minflux_impls(z, zb):
+    import minflux as mf
+
+    @mf.elementwise
+    def cell_update(z, zb, c, f, i, g):
+        if z == 1:
+            return mf.sigmoid(i) * mf.tanh(g)
+        elif zb == 0:
+            return c
+        return mf.sigmoid(f) * c + mf.sigmoid(i) * mf.tanh(g)
+
+    def mixed(c, f, i, g):
+        return mf.withgradient(lambda c, f, i, g: mf.sum(cell_update(z, zb, c, f, i, g)), c, f, i, g)
+
+    def reverse(c, f, i, g):
+        return mf.withgradient(
+            lambda c, f, i, g: mf.sum(cell_update(z, zb, c, f, i, g, mode="reverse")), c, f, i, g)
+
+    def mixed_numpy(c, f, i, g):
+        mf.set_elementwise_backend("numpy")
+        try:
+            return mixed(c, f, i, g)
+        finally:
+            mf.set_elementwise_backend("numba")
+
+    return {"mixed (numba)": mixed, "mixed (numpy)": mixed_numpy, "reverse": reverse}
+
+
+def hand_written(z, zb):
+    """A parallel numba loop: value and the four gradients of sum(value) in one pass."""
+    from numba import njit, prange
+
+    from minflux.broadcast.fastmath import sigmoid_f32, tanh_f32
+    one, zero = np.float32(1.0), np.float32(0.0)
+
+    @njit(parallel=True, error_model="numpy")
+    def kernel(z, zb, c, f, i, g, y, dc, df, di, dg):
+        n, m = c.shape
+        for r in prange(n):
+            flush = z[r, 0] == one
+            copy = (not flush) and zb[r, 0] == zero
+            for j in range(m):
+                si = sigmoid_f32(i[r, j])
+                tg = tanh_f32(g[r, j])
+                sf = sigmoid_f32(f[r, j])
+                cc = c[r, j]
+                ig = si * tg
+                y[r, j] = ig if flush else (cc if copy else sf * cc + ig)
+                dc[r, j] = zero if flush else (one if copy else sf)
+                df[r, j] = zero if (flush or copy) else cc * sf * (one - sf)
+                di[r, j] = zero if copy else si * (one - si) * tg
+                dg[r, j] = zero if copy else si * (one - tg * tg)
+
+    def run(c, f, i, g):
+        outs = [np.empty_like(c) for _ in range(5)]
+        kernel(z, zb, c, f, i, g, *outs)
+        return float(outs[0].sum()), tuple(outs[1:])
+
+    return run
+
+
+def torch_impl(z, zb):
+    import torch
+    tz, tzb = torch.from_numpy(z), torch.from_numpy(zb)
+
+    def run(c, f, i, g):
+        ts = [torch.from_numpy(a).requires_grad_() for a in (c, f, i, g)]
+        tc, tf, ti, tg = ts
+        ig = torch.sigmoid(ti) * torch.tanh(tg)
+        y = torch.where(tz == 1, ig, torch.where(tzb == 0, tc, torch.sigmoid(tf) * tc + ig))
+        loss = y.sum()
+        grads = torch.autograd.grad(loss, ts)
+        return float(loss), tuple(gr.numpy() for gr in grads)
+
+    return run
+
+
+def jax_impl(z, zb):
+    import jax
+    import jax.numpy as jnp
+    jz, jzb = jnp.asarray(z), jnp.asarray(zb)
+
+    def loss(c, f, i, g):
+        ig = jax.nn.sigmoid(i) * jnp.tanh(g)
+        y = jnp.where(jz == 1, ig, jnp.where(jzb == 0, c, jax.nn.sigmoid(f) * c + ig))
+        return y.sum()
+
+    step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))
+
+    def run(c, f, i, g):
+        value, grads = step(c, f, i, g)
+        grads = [np.asarray(gr.block_until_ready()) for gr in grads]
+        return float(value), tuple(grads)
+
+    return run
+
+
+def peers(z, zb) -> dict:
+    out = {}
+    for name, make in (("PyTorch eager", torch_impl), ("JAX jit", jax_impl)):
+        try:
+            out[name] = make(z, zb)
+        except ImportError:
+            print(f"{name}: not installed, skipped", file=sys.stderr)
+    return out
+
+
+def peak_memory(fn, args) -> float:
+    """Peak MiB traced (numpy allocations) during one call, above what was live before it."""
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    fn(*args)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return (peak - base) / 2**20
+
+
+def _grads(result):
+    grads = result[1]
+    return [np.asarray(g, dtype=np.float64) for g in grads]
+
+
+def worker(dims_list, repeats: int, malloc: str) -> dict:
+    if malloc == "reuse":
+        reuse_freed_memory()
+    results = {"malloc": malloc, "dims": {}}
+    for dims in dims_list:
+        z, zb, c, f, i, g = make_inputs(dims)
+        impls = dict(minflux_impls(z, zb))
+        impls["hand-written numba"] = hand_written(z, zb)
+        impls.update(peers(z, zb))
+        args = (c, f, i, g)
+        reference = _grads(impls["mixed (numba)"](*args))
+        row = {"ms": {}, "max_grad_error": {}}
+        for name, fn in impls.items():
+            got = _grads(fn(*args))  # also the warm-up (compiles kernels and jit functions)
+            row["max_grad_error"][name] = max(float(np.max(np.abs(a - b))) for a, b in zip(got, reference))
+            reps = repeats if name != "mixed (numpy)" and name != "reverse" else max(3, repeats // 3)
+            row["ms"][name] = median_time(lambda: fn(*args), repeats=reps, warmup=1) * 1e3
+            print(f"[{malloc}] dims {dims} {name}: {row['ms'][name]:.2f} ms", file=sys.stderr)
+        row["peak_mib"] = {"mixed (numba)": peak_memory(impls["mixed (numba)"], args),
+                           "reverse": peak_memory(impls["reverse"], args)}
+        results["dims"][str(dims)] = row
+    return results
+
+
+def table(all_results: list, versions: str) -> str:
+    parts = [f"Forward + gradient of the HM-LSTM cell update (sum of the output w.r.t. c, f, i, g), "
+             f"float32 `(dims, dims)`, `(dims, 1)` Bernoulli(0.5) controls, median ms "
+             f"(`python benchmarks/cell_update.py`; {versions}).\n"]
+    for res in all_results:
+        dims = list(res["dims"])
+        names = list(res["dims"][dims[0]]["ms"])
+        rows = []
+        for name in names:
+            cells = [name] + [f"{res['dims'][d]['ms'][name]:.2f}" for d in dims]
+            last = res["dims"][dims[-1]]["ms"]
+            cells.append(f"{last[name] / last['mixed (numba)']:.2f}x")
+            rows.append(cells)
+        label = "glibc default allocator" if res["malloc"] == "default" else \
+            "freed memory kept in the process (mallopt)"
+        parts.append(f"**{label}**\n")
+        parts.append(markdown_table(["implementation"] + [f"dims {d}" for d in dims]
+                                    + [f"time / mixed (numba) at {dims[-1]}"], rows))
+        mem_rows = [[name] + [f"{res['dims'][d]['peak_mib'][name]:.0f}" for d in dims]
+                    for name in ("mixed (numba)", "reverse")]
+        parts.append(markdown_table(["peak MiB of one gradient"] + [f"dims {d}" for d in dims], mem_rows))
+    return "\n".join(parts)
+
+
+def versions() -> str:
+    out = []
+    for mod in ("numba", "torch", "jax"):
+        try:
+            out.append(f"{mod} {__import__(mod).__version__}")
+        except ImportError:
+            pass
+    return ", ".join(out)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dims", default="512,1024,2048")
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--malloc", choices=("default", "reuse", "both"), default="both")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--worker-json", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    dims = [256, 512] if args.quick else [int(d) for d in args.dims.split(",")]
+    repeats = 3 if args.quick else args.repeats
+    if args.worker_json:
+        Path(args.worker_json).write_text(json.dumps(worker(dims, repeats, args.malloc)))
+        return
+    modes = ("default", "reuse") if args.malloc == "both" else (args.malloc,)
+    all_results = []
+    for mode in modes:
+        out = Path(f"/tmp/minflux-cell-update-{mode}.json")
+        subprocess.run([sys.executable, __file__, "--dims", ",".join(map(str, dims)), "--repeats",
+                        str(repeats), "--malloc", mode, "--worker-json", str(out)], check=True)
+        all_results.append(json.loads(out.read_text()))
+    write_results("cell_update", {"results": all_results}, table(all_results, versions()))
+
+
+if __name__ == "__main__":
+    main()

@@ -73,8 +73,8 @@ class _Entry:
         self.duals: dict = {}
         self.kernels: dict = {}
 
-    def valid(self) -> bool:
-        return all(b.still_valid() for b in self.parsed.bindings)
+    def valid(self, fn: Callable) -> bool:
+        return all(b.still_valid(fn) for b in self.parsed.bindings)
 
     def typed_for(self, kinds: tuple):
         fn = self.typed.get(kinds)
@@ -100,7 +100,7 @@ def _entry(fn: Callable) -> _Entry:
     candidates = _entries.get(key)
     if candidates:
         for entry in candidates:
-            if entry.valid():
+            if entry.valid(fn):
                 entry.fn = fn
                 return entry
     entry = _Entry(fn, parse(fn))

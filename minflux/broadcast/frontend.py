@@ -99,15 +99,14 @@ class Binding:
     fn: Callable
     name: str
     value: Any
+    root: bool = True   # a free name of the compiled function itself (not of an inlined callee)
 
-    def current(self):
-        """The value the name has now in ``fn``'s closure, globals or builtins."""
-        return resolve_free_name(self.fn, self.name)
-
-    def still_valid(self) -> bool:
-        """True when the name still resolves to the recorded value."""
+    def still_valid(self, fn: Callable | None = None) -> bool:
+        """True when the name still resolves to the recorded value (in ``fn`` for a root binding:
+        another closure of the same code may hold other constants)."""
+        owner = fn if (fn is not None and self.root) else self.fn
         try:
-            now = self.current()
+            now = resolve_free_name(owner, self.name)
         except NameError:
             return False
         if isinstance(self.value, (bool, int, float)):
@@ -277,8 +276,9 @@ class _Frontend:
                 body = body[1:]
         stmts = self.block(body)
         if falls_through(stmts):
+            last = body[-1] if body else node
             raise CompileError("the scalar function can reach its end without a return; add a final "
-                               "return statement", self.loc(node), "missing return")
+                               "return statement", self.loc(last), "missing return")
         n_outputs = _count_outputs(stmts, self)
         return Function(self.fn.__name__, [self.var(p) for p in self.params], stmts,
                         temps=self.temps, n_outputs=n_outputs, subroutines=self.subroutines)
@@ -480,7 +480,7 @@ class _Frontend:
             except NameError:
                 raise CompileError(f"the name {node.id!r} is not defined", self.loc(node),
                                    "unknown name") from None
-            self.bindings.append(Binding(self.fn, node.id, value))
+            self.bindings.append(Binding(self.fn, node.id, value, root=not self.prefix))
             return value
         if isinstance(node, ast.Attribute):
             base = self.resolve_object(node.value)

@@ -1,0 +1,11 @@
+"""Character language models built from the public minflux API: the HM-LSTM and an LSTM baseline.
+
+>>> import numpy as np
+>>> from models import HMLSTM
+>>> HMLSTM(5, embed_size=4, hidden_sizes=(3, 3), rng=np.random.default_rng(0)).parameter_count() > 0
+True
+"""
+from .hmlstm import HMLSTM, HMLSTMLayer, annealed_slope, boundary_rates
+from .lstm import LSTMLM
+
+__all__ = ["HMLSTM", "HMLSTMLayer", "LSTMLM", "annealed_slope", "boundary_rates"]

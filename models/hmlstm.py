@@ -1,0 +1,178 @@
+"""Hierarchical Multiscale LSTM language model (Chung, Ahn and Bengio, ICLR 2017, arXiv 1609.01704).
+
+Layers ``l = 1..L`` run bottom to top at every step. Layer ``l`` sees its own ``c, h, z`` from ``t-1``,
+``h`` and ``z`` of the layer below at ``t`` (the embedding is layer 0 with ``z = 1``) and ``h`` of the
+layer above at ``t-1``. Its pre-activation is one affine map with ``4H + 1`` columns,
+
+    s = U h_l(t-1)  +  z_l(t-1) * U_top h_{l+1}(t-1)  +  z_{l-1}(t) * W h_{l-1}(t)  +  b
+
+(recurrent term never gated; top-down only after a flush; bottom-up only when the layer below fired),
+split into the gates ``f, i, o, g`` and the boundary pre-activation. The cell update has three
+operations, FLUSH / COPY / UPDATE, chosen per element by real branches on ``z`` (`models.cells`), and the
+boundary ``z`` is a step function trained with the straight-through estimator. Defaults follow the
+authors' code where the paper is silent: ``z`` is recomputed on every step, COPY copies both ``c`` and
+``h`` in every layer including the top one, and the top layer has no boundary detector (its ``z`` is
+always 0) and no top-down input.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+import minflux as mf
+
+from .cells import boundary, hm_update, hm_update_blend
+from .output import GatedOutput
+
+CELL_FORMS = {"branch": hm_update, "blend": hm_update_blend}
+
+
+def recurrent_init(rng: np.random.Generator, rows: int, hidden: int, columns: int, dtype) -> np.ndarray:
+    """A ``(rows, columns)`` weight: orthogonal ``hidden x hidden`` blocks where square, Glorot otherwise."""
+    init = mf.nn.init
+    if rows != hidden:
+        return init.glorot_uniform(rng, rows, columns, dtype=dtype)
+    blocks = [init.orthogonal(rng, hidden, hidden, dtype=dtype) for _ in range(columns // hidden)]
+    if columns % hidden:
+        blocks.append(init.glorot_uniform(rng, rows, columns % hidden, dtype=dtype))
+    return np.concatenate(blocks, axis=1)
+
+
+class HMLSTMLayer(mf.nn.Module):
+    """One HM-LSTM layer's weights: recurrent ``U``, top-down ``U_top``, bottom-up ``W`` and bias ``b``.
+
+    >>> import numpy as np
+    >>> layer = HMLSTMLayer(8, 4, 4, rng=np.random.default_rng(0))
+    >>> layer.U.shape, layer.W.shape, layer.U_top.shape
+    ((4, 17), (8, 17), (4, 17))
+    """
+
+    def __init__(self, below: int, hidden: int, above: int | None, *, layer_norm: bool = False,
+                 rng: np.random.Generator, dtype=None):
+        self.hidden = hidden
+        self.has_boundary = above is not None
+        width = 4 * hidden + (1 if self.has_boundary else 0)
+        self.U = recurrent_init(rng, hidden, hidden, width, dtype)
+        self.W = mf.nn.init.glorot_uniform(rng, below, width, dtype=dtype)
+        self.U_top = None if above is None else recurrent_init(rng, above, hidden, width, dtype)
+        self.b = mf.nn.init.zeros(None, width, dtype=self.U.dtype)
+        self.norms = None
+        if layer_norm:
+            self.norms = [mf.nn.LayerNorm(width, dtype=self.U.dtype) for _ in range(3)]
+
+    def bottom_up(self, h_below):
+        """``W h_below``, layer-normalised when enabled (before ``z`` gates it)."""
+        term = h_below @ self.W
+        return self.norms[2](term) if self.norms else term
+
+    def step(self, c, h, z, h_above, bottom_up, z_below, slope: float, cell, mode: str):
+        """One time step: returns the new ``(c, h, z)``."""
+        recurrent = h @ self.U
+        if self.norms:
+            recurrent = self.norms[0](recurrent)
+        s = recurrent + z_below * bottom_up + self.b
+        if self.U_top is not None:
+            top_down = h_above @ self.U_top
+            if self.norms:
+                top_down = self.norms[1](top_down)
+            s = s + z * top_down
+        H = self.hidden
+        if self.has_boundary:
+            f, i, o, g, s_z = mf.split(s, [H, 2 * H, 3 * H, 4 * H], axis=-1)
+        else:
+            f, i, o, g = mf.split(s, 4, axis=-1)
+        c_new, h_new = mf.broadcast(cell, z, z_below, c, h, f, i, o, g, mode=mode)
+        z_new = mf.broadcast(boundary, s_z, slope, mode=mode) if self.has_boundary else z
+        return c_new, h_new, z_new
+
+
+class HMLSTM(mf.nn.Module):
+    """The HM-LSTM character language model: embedding, ``L`` HM-LSTM layers, gated output module.
+
+    ``model(tokens, state)`` takes ``(B, T)`` integer tokens and the state from `initial_state` (or
+    the previous segment) and returns ``(logits (B, T, V), new_state, boundaries (B, T, L-1))``.
+    ``slope`` is the hard sigmoid's slope ``a`` of the straight-through estimator (anneal it with
+    `annealed_slope`); ``cell_form`` picks the branch or blend cell update; ``mode`` is the broadcast
+    mode of the elementwise kernels (``"mixed"`` or the pure reverse-mode ``"reverse"``).
+
+    >>> import numpy as np
+    >>> model = HMLSTM(11, embed_size=6, hidden_sizes=(5, 4), rng=np.random.default_rng(0))
+    >>> logits, state, z = model(np.zeros((2, 3), np.int64), model.initial_state(2))
+    >>> logits.shape, z.shape
+    ((2, 3, 11), (2, 3, 1))
+    """
+
+    def __init__(self, vocab_size: int, *, embed_size: int = 128, hidden_sizes: Sequence[int] = (512, 512, 512),
+                 output_embed_size: int | None = None, layer_norm: bool = False, cell_form: str = "branch",
+                 slope: float = 1.0, mode: str = "mixed", rng: np.random.Generator, dtype=None):
+        if cell_form not in CELL_FORMS:
+            raise ValueError(f"cell_form must be one of {sorted(CELL_FORMS)}, got {cell_form!r}")
+        if len(hidden_sizes) < 1:
+            raise ValueError("an HM-LSTM needs at least one layer (hidden_sizes is empty)")
+        self.vocab_size = vocab_size
+        self.cell_form, self.slope, self.mode = cell_form, float(slope), mode
+        self.embed = mf.nn.Embedding(vocab_size, embed_size, rng=rng, dtype=dtype)
+        sizes = list(hidden_sizes)
+        below = [embed_size] + sizes[:-1]
+        above = sizes[1:] + [None]
+        self.layers = [HMLSTMLayer(b, h, a, layer_norm=layer_norm, rng=rng, dtype=dtype)
+                       for b, h, a in zip(below, sizes, above)]
+        self.output = GatedOutput(sizes, output_embed_size or max(sizes), vocab_size, rng=rng, dtype=dtype)
+
+    def initial_state(self, batch_size: int) -> list[dict]:
+        """Zero ``c``, ``h`` (``(B, H)``) and ``z`` (``(B, 1)``) for every layer."""
+        xp = mf.get_array_module(self.embed.W)
+        dtype = self.embed.W.dtype
+        return [{"c": xp.zeros((batch_size, layer.hidden), dtype), "h": xp.zeros((batch_size, layer.hidden), dtype),
+                 "z": xp.zeros((batch_size, 1), dtype)} for layer in self.layers]
+
+    def __call__(self, tokens, state: list[dict]):
+        cell = CELL_FORMS[self.cell_form]
+        embedded = self.embed(tokens)
+        first_inputs = mf.unstack(self.layers[0].bottom_up(embedded), axis=1)
+        states = [(s["c"], s["h"], s["z"]) for s in state]
+        hidden_steps = [[] for _ in self.layers]
+        boundary_steps = []
+        for bottom_up0 in first_inputs:
+            new_states = []
+            h_below, z_below = None, 1.0
+            for l, layer in enumerate(self.layers):
+                c, h, z = states[l]
+                h_above = states[l + 1][1] if l + 1 < len(self.layers) else None
+                bottom_up = bottom_up0 if l == 0 else layer.bottom_up(h_below)
+                c, h, z = layer.step(c, h, z, h_above, bottom_up, z_below, self.slope, cell, self.mode)
+                new_states.append((c, h, z))
+                hidden_steps[l].append(h)
+                h_below, z_below = h, z
+            states = new_states
+            boundary_steps.append([mf.stop_gradient(s[2]) for s in states[:-1]])
+        logits = self.output([mf.stack(hs, axis=1) for hs in hidden_steps])
+        new_state = [{"c": c, "h": h, "z": z} for c, h, z in states]
+        return logits, new_state, self._boundaries(boundary_steps, tokens.shape)
+
+    def _boundaries(self, boundary_steps, shape):
+        xp = mf.get_array_module(self.embed.W)
+        if len(self.layers) == 1:
+            return xp.zeros(tuple(shape) + (0,), self.embed.W.dtype)
+        values = [[getattr(z, "value", z) for z in step] for step in boundary_steps]
+        return xp.stack([xp.concatenate(step, axis=-1) for step in values], axis=1)
+
+
+def annealed_slope(epoch: int, start: float = 1.0, rate: float = 0.04, limit: float = 5.0) -> float:
+    """The slope annealing schedule ``a = min(limit, start + rate * epoch)`` of the HM-LSTM paper.
+
+    >>> annealed_slope(0), annealed_slope(50), annealed_slope(500)
+    (1.0, 3.0, 5.0)
+    """
+    return min(limit, start + rate * epoch)
+
+
+def boundary_rates(boundaries) -> list[float]:
+    """The fraction of steps on which each layer fired ``z = 1`` (a ``(B, T, L-1)`` array in).
+
+    >>> import numpy as np
+    >>> boundary_rates(np.array([[[1.0, 0.0], [0.0, 0.0]]]))
+    [0.5, 0.0]
+    """
+    return [float(r) for r in mf.to_numpy(boundaries).reshape(-1, boundaries.shape[-1]).mean(axis=0)]

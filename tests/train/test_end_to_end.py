@@ -10,7 +10,7 @@ import minflux as mf
 from train.boundaries import main as boundaries_main
 from train.config import load_config
 from train.evaluate import main as evaluate_main
-from train.loop import Trainer, train
+from train.loop import Trainer, TrainingDiverged, train
 from train.runs import RunDir
 from train.sample import main as sample_main
 
@@ -68,3 +68,24 @@ def test_lstm_baseline_trains_and_has_no_boundaries(cfg, tmp_path, capsys):
     assert outcome.stopped == "max_steps" and np.isfinite(outcome.valid.bpc)
     assert boundaries_main([str(tmp_path / "lstm"), "--text", "the cat"]) == 2
     assert "no boundary detectors" in capsys.readouterr().err
+
+
+def test_hmlstm_nan_stops_the_run_and_leaves_the_last_checkpoint(cfg, tmp_path, monkeypatch):
+    config = load_config(cfg, TINY + ["model.kind=hmlstm"])
+    real_step = Trainer.train_step
+
+    def poison_at_step_6(self, window):
+        if self.position.step == 5:
+            for _, array in mf.tree.named_leaves(self.model):
+                array[...] = np.nan
+                break
+        return real_step(self, window)
+
+    monkeypatch.setattr(Trainer, "train_step", poison_at_step_6)
+    with pytest.raises(TrainingDiverged, match=r"the loss is nan at step 6 .*last good checkpoint"):
+        train(config, RunDir(tmp_path / "run"))
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+    saved = Trainer(config, RunDir(tmp_path / "run"), resume=True)
+    saved.restore()
+    assert saved.position.step == 4
+    assert all(np.isfinite(a).all() for _, a in mf.tree.named_leaves(saved.model))

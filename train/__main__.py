@@ -9,13 +9,14 @@ import time
 from .config import ConfigError, load_config
 from .data import DatasetNotFoundError
 from .loop import Trainer, TrainingDiverged, prepare_run
-from .progress import configure_logging
+from .progress import configure_logging, remove_logging
 from .runs import RunDir, RunError, latest_run_path, new_run_path
 
 log = logging.getLogger("train")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """The command-line options of ``python -m train``."""
     parser = argparse.ArgumentParser(
         prog="python -m train",
         description="Train a character language model from a TOML config (default: configs/default.toml).")
@@ -48,6 +49,14 @@ def resolve(args):
 
 
 def main(argv=None) -> int:
+    """``python -m train``: returns 0 when done, 1 on an error, 130 when interrupted."""
+    try:
+        return _main(argv)
+    finally:
+        remove_logging()
+
+
+def _main(argv=None) -> int:
     args = parse_args(argv)
     run = None
     try:

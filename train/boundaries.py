@@ -126,6 +126,7 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line: print and draw a run's boundaries over a text; returns the exit status."""
     from .runs import add_run_arguments, open_run
 
     parser = argparse.ArgumentParser(prog="python -m train.boundaries", description=__doc__.split("\n")[0])

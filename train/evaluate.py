@@ -84,6 +84,7 @@ def evaluate_tokens(model, tokens: np.ndarray, batch_size: int, seq_len: int, de
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line: evaluate a run on one split; returns the exit status."""
     from .runs import add_run_arguments, open_run
 
     parser = argparse.ArgumentParser(prog="python -m train.evaluate", description=__doc__.split("\n")[0])

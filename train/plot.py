@@ -86,6 +86,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line: draw a run's curves; returns the exit status (1 without matplotlib)."""
     parser = argparse.ArgumentParser(prog="python -m train.plot", description=__doc__.split("\n")[0])
     parser.add_argument("run_dir")
     parser.add_argument("--out", default=None, help="PNG file to write (default RUN_DIR/curves.png)")

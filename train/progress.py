@@ -39,11 +39,8 @@ def configure_logging(log_file: str | Path | None = None, level: int = logging.I
     Replaces handlers this function installed before, so repeated runs in one process do not
     duplicate lines.
     """
+    remove_logging()
     root = logging.getLogger()
-    for handler in list(root.handlers):
-        if getattr(handler, "_minflux_train", False):
-            root.removeHandler(handler)
-            handler.close()
     console = _TqdmHandler()
     console.setFormatter(logging.Formatter("%(message)s"))
     console.setLevel(level)
@@ -57,3 +54,17 @@ def configure_logging(log_file: str | Path | None = None, level: int = logging.I
         handler._minflux_train = True
         root.addHandler(handler)
     root.setLevel(min(level, logging.INFO))
+
+
+def remove_logging() -> None:
+    """Remove (and close) the handlers `configure_logging` installed.
+
+    >>> configure_logging(); remove_logging()
+    >>> any(getattr(h, "_minflux_train", False) for h in logging.getLogger().handlers)
+    False
+    """
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, "_minflux_train", False):
+            root.removeHandler(handler)
+            handler.close()

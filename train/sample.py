@@ -74,6 +74,7 @@ def generate(model, vocab: Vocabulary, prime: str = "", length: int = 200, tempe
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line: print generated text from a run; returns the exit status."""
     from .runs import add_run_arguments, open_run
 
     parser = argparse.ArgumentParser(prog="python -m train.sample", description=__doc__.split("\n")[0])

@@ -92,8 +92,9 @@ def cache_dir() -> Path:
 # -- source generation ---------------------------------------------------------------------------
 
 class _Printer:
-    def __init__(self, fn: Function, float_type: str, sub_names: dict):
+    def __init__(self, fn: Function, float_type: str, sub_names: dict, scalar_return: bool = False):
         self.fn = fn
+        self.scalar_return = scalar_return   # a subroutine returns its one value, not a tuple
         self.f32 = float_type == "float32"
         self.sub_names = sub_names
         self.lines: list = []
@@ -155,7 +156,8 @@ class _Printer:
                 self.lines.append(f"{indent}continue")
             elif isinstance(s, Return):
                 values = ", ".join(self.atom(v) for v in s.values)
-                self.lines.append(f"{indent}return ({values},)")
+                self.lines.append(f"{indent}return {values}" if self.scalar_return
+                                  else f"{indent}return ({values},)")
             else:  # pragma: no cover
                 raise TypeError(f"not an IR statement: {s!r}")
 
@@ -189,7 +191,7 @@ def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
     lines = [_HEADER.format(name=fn.name, float_type=float_type)]
     sub_names = {op: f"_sub{i}" for i, op in enumerate(sorted(fn.subroutines))}
     for op, name in sub_names.items():
-        lines += _Printer(_prepare(fn.subroutines[op]), float_type, sub_names).function(name)
+        lines += _Printer(_prepare(fn.subroutines[op]), float_type, sub_names, True).function(name)
         lines.append("")
     lines += _Printer(_prepare(fn), float_type, sub_names).function("_body")
     lines.append("")

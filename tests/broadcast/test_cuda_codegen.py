@@ -200,10 +200,10 @@ from models.cells import boundary, hm_update, hm_update_blend  # noqa: E402
 DTYPES = [np.float64, np.float32]
 
 
-def _record_and_compile(cases_and_args):
-    """Run ``(key, case, args)`` on numpy; return the numpy results, the kernels and a C runner."""
-    import minflux as mf
-
+def _record_and_compile(work):
+    """Run every ``(key, compute)`` of ``work`` on the numpy backend, recording the transformed
+    functions it runs; print them all as CUDA C in ONE library. Returns the numpy results by key,
+    a drop-in replacement for the numpy backend's kernel runner that runs the C, and the record."""
     recorded: dict = {}
     reference: dict = {}
     original = api._run_numpy
@@ -212,15 +212,10 @@ def _record_and_compile(cases_and_args):
         recorded.setdefault((id(dual.function), np.dtype(float_dtype).name), dual)
         return original(dual, arrays, float_dtype, shape, xp)
 
-    before = mf.get_elementwise_backend()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(api, "_run_numpy", spy)
-        mf.set_elementwise_backend("numpy")
-        try:
-            for key, case, args in cases_and_args:
-                reference[key] = _partials(case, args)
-        finally:
-            mf.set_elementwise_backend(before)
+        for key, compute in work:
+            reference[key] = on_numpy_backend(compute)
     names, kernels = {}, {}
     for (fid, ft), dual in recorded.items():
         ck = cuda_backend.kernel_source(dual, ft, fast_math=False)
@@ -236,6 +231,32 @@ def _record_and_compile(cases_and_args):
 
     c_runner.calls = 0
     return reference, c_runner, recorded
+
+
+def on_numpy_backend(compute):
+    before = mf.get_elementwise_backend()
+    mf.set_elementwise_backend("numpy")
+    try:
+        return compute()
+    finally:
+        mf.set_elementwise_backend(before)
+
+
+def through_c(runner, compute):
+    """``compute()`` with every elementwise kernel run by the compiled C instead of numpy."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(api, "_run_numpy", runner)
+        calls = runner.calls
+        got = on_numpy_backend(compute)
+    assert runner.calls > calls, "the compiled C kernels were not used"
+    return got
+
+
+def _arrays(tree) -> list:
+    """The arrays of nested lists/tuples of results, in order (None kept)."""
+    if isinstance(tree, (list, tuple)):
+        return [a for t in tree for a in _arrays(t)]
+    return [tree]
 
 
 @mf.elementwise
@@ -266,43 +287,36 @@ ALL_CASES = PROGRAM_CASES + EXTRA_CASES
 
 @pytest.fixture(scope="module")
 def compiled_programs():
-    work = [((case.name, np.dtype(dt).name), case, case.draw(np.random.default_rng(2), dtype=dt))
-            for case in ALL_CASES for dt in DTYPES]
+    inputs = {(case.name, np.dtype(dt).name): (case, case.draw(np.random.default_rng(2), dtype=dt))
+              for case in ALL_CASES for dt in DTYPES}
+    work = [(key, lambda case=case, args=args: _partials(case, args)) for key, (case, args) in inputs.items()]
     reference, runner, recorded = _record_and_compile(work)
-    return {key: (case, args) for key, case, args in work}, reference, runner, recorded
+    return inputs, reference, runner, recorded
 
 
-def _assert_agree(got, want, dtype):
-    rtol, atol = (1e-12, 1e-13) if dtype == np.float64 else (2e-5, 2e-6)
-    (out_np, grad_np), (out_c, grad_c) = want, got
-    for a, b in zip(out_np, out_c):
-        assert a.dtype == b.dtype and a.shape == b.shape
-        np.testing.assert_allclose(b, a, rtol=rtol, atol=atol)
-    for a, b in zip(grad_np, grad_c):
+def _assert_agree(got, want, dtype, rtol=None, atol=None, err_msg=""):
+    """Every array of ``got`` equals the one of ``want`` (dtype, shape, values) to rounding."""
+    if rtol is None:
+        rtol, atol = (1e-11, 1e-12) if dtype == np.float64 else (2e-5, 2e-5)
+    got, want = _arrays(got), _arrays(want)
+    assert len(got) == len(want)
+    for a, b in zip(want, got):
         if a is None:                                # an argument without a derivative rule
             assert b is None
             continue
-        assert a.dtype == b.dtype == dtype
-        np.testing.assert_allclose(b, a, rtol=rtol * 10, atol=atol * 10)
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_allclose(b, a, rtol=rtol, atol=atol, err_msg=err_msg)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", ALL_CASES, ids=[c.name for c in ALL_CASES])
 def test_generated_c_agrees_with_numpy_on_every_test_function(compiled_programs, case, dtype):
-    work, reference, runner, _ = compiled_programs
+    inputs, reference, runner, _ = compiled_programs
     key = (case.name, np.dtype(dtype).name)
-    _, args = work[key]
-    before = mf.get_elementwise_backend()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(api, "_run_numpy", runner)
-        mf.set_elementwise_backend("numpy")
-        calls = runner.calls
-        try:
-            got = _partials(case, args)
-        finally:
-            mf.set_elementwise_backend(before)
-    assert runner.calls > calls, "the compiled C kernels were not used"
+    _, args = inputs[key]
+    got = through_c(runner, lambda: _partials(case, args))
     _assert_agree(got, reference[key], dtype)
+    assert all(a is None or a.dtype == dtype for a in _arrays(got[1]))
 
 
 def test_the_test_functions_exercise_loops_branches_and_rules(compiled_programs):
@@ -317,3 +331,40 @@ def test_the_test_functions_exercise_loops_branches_and_rules(compiled_programs)
 def test_half_precision_is_refused_with_the_conversion_to_use():
     with pytest.raises(TypeError, match=r"float32 or float64, not float16.*astype"):
         cuda_codegen.generate(primitive_function("exp", ("f",)), "float16")
+
+
+# -- the random programs of the compiler's property test ------------------------------------------------
+
+def test_generated_c_agrees_with_numpy_on_random_programs(tmp_path):
+    """The property test's random programs (nested ifs, early returns, bounded loops, break and
+    continue) on its broadcast shapes, in float64 and float32: outputs and reduced gradients."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from test_property import SHAPES, load_program, outputs_and_partials
+
+    drawn = []
+
+    @settings(max_examples=80, deadline=None, derandomize=True, database=None)
+    @given(seed=st.integers(0, 2**31 - 1), shapes=st.sampled_from(SHAPES))
+    def draw(seed, shapes):
+        drawn.append((seed, shapes))
+
+    draw()
+    assert len(drawn) >= 50
+    programs = {}
+    for seed, shapes in drawn:
+        fn, source = load_program(tmp_path, seed)
+        rng = np.random.default_rng(seed)
+        x, y = rng.uniform(-2, 2, shapes[0]), rng.uniform(-2, 2, shapes[1])
+        for dtype in DTYPES:
+            programs[(seed, np.dtype(dtype).name)] = (fn, source, x.astype(dtype), y.astype(dtype))
+    work = [(key, lambda fn=fn, x=x, y=y: outputs_and_partials(fn, x, y, "numpy"))
+            for key, (fn, _, x, y) in programs.items()]
+    reference, runner, recorded = _record_and_compile(work)
+    assert len(recorded) >= len(drawn)          # at least one kernel per program
+    texts = [cuda_backend.kernel_source(d, ft).function for (_, ft), d in recorded.items()]
+    assert any("for (;;)" in t for t in texts) and any("goto minflux_end_" in t for t in texts)
+    for key, (fn, source, x, y) in programs.items():
+        got = through_c(runner, lambda: outputs_and_partials(fn, x, y, "numpy"))
+        dtype = np.dtype(key[1])
+        _assert_agree(got, reference[key], dtype, err_msg=source)

@@ -368,3 +368,27 @@ def test_generated_c_agrees_with_numpy_on_random_programs(tmp_path):
         got = through_c(runner, lambda: outputs_and_partials(fn, x, y, "numpy"))
         dtype = np.dtype(key[1])
         _assert_agree(got, reference[key], dtype, err_msg=source)
+
+
+def test_generated_code_is_also_valid_cpp(compiled_programs, tmp_path):
+    """NVRTC compiles CUDA C++: the same text must be C++ too (no jump over an initialisation, no
+    C-only construct). g++ checks the syntax of every kernel of the compiler's test functions."""
+    import shutil
+    import subprocess
+
+    from minflux.broadcast.cuda_shim import harness_source
+
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("needs a C++ compiler")
+    *_, recorded = compiled_programs
+    kernels = {}
+    for (_, ft), dual in recorded.items():
+        for fast in (False, True):
+            ck = cuda_backend.kernel_source(dual, ft, fast_math=fast)
+            kernels[ck.name] = ck
+    source = tmp_path / "kernels.cpp"
+    source.write_text(harness_source(list(kernels.values())))
+    done = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", "-Drestrict=__restrict__", str(source)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]

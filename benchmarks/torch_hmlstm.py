@@ -49,7 +49,7 @@ class TorchHMLSTM(nn.Module):
         z = [bottom0.new_zeros(B, 1) for _ in range(L)]
         hs = [[] for _ in range(L)]
         for t in range(T):
-            h_below, z_below = None, torch.ones(B, 1)
+            h_below, z_below = None, bottom0.new_ones(B, 1)
             new = []
             for l in range(L):
                 bottom = bottom0[:, t] if l == 0 else h_below @ self.W[l]

@@ -59,8 +59,16 @@ def apply_primitive(name: str, *args):
                 return Tensor(y)
         return y
     rules, m = prim.partials, _math(xp)
-    partials = {(0, k): rules[k](m, *values, y) for k in wanted}
+    partials = {(0, k): _as_dtype(rules[k](m, *values, y), y) for k in wanted}
     return broadcast_node(name, args, (y,), partials)
+
+
+def _as_dtype(partial, y):
+    """Indicator partials (``where(c, 1.0, 0.0)``) come out float64; keep float32 gradients float32."""
+    dtype = getattr(partial, "dtype", None)
+    if dtype is not None and dtype != y.dtype and y.dtype.kind == "f":
+        return partial.astype(y.dtype)
+    return partial
 
 
 def _unary(name, doc):

@@ -38,7 +38,10 @@ def matmul(a, b):
         if needs[0]:
             ga = sum_to(xp.matmul(g, xp.swapaxes(b2, -1, -2)), a2.shape).reshape(sa)
         if needs[1]:
-            gb = sum_to(xp.matmul(xp.swapaxes(a2, -1, -2), g), b2.shape).reshape(sb)
+            if b2.ndim == 2 and a2.ndim > 2:  # rows times one matrix: one GEMM, no batch to sum
+                gb = xp.matmul(a2.reshape(-1, a2.shape[-1]).T, g.reshape(-1, g.shape[-1])).reshape(sb)
+            else:
+                gb = sum_to(xp.matmul(xp.swapaxes(a2, -1, -2), g), b2.shape).reshape(sb)
         return [ga, gb]
 
     return record("matmul", out, [a, b], vjp)

@@ -231,7 +231,14 @@ def scalar_rule(*partials) -> Callable[[Callable], ScalarRuleFunction]:
 
 # -- calling ---------------------------------------------------------------------------------------
 
+_ARRAY_KINDS: dict = {}
+
+
 def _kind_and_dtype(value, position: int):
+    if value.__class__ is np.ndarray:
+        found = _ARRAY_KINDS.get(value.dtype)
+        if found is not None:
+            return found
     if isinstance(value, (bool, np.bool_)):
         return "b", None
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
@@ -243,19 +250,35 @@ def _kind_and_dtype(value, position: int):
         raise TypeError(f"argument {position} of an elementwise function is a {type(value).__name__}; "
                         "pass arrays, Tensors or Python numbers")
     kind = np.dtype(dtype).kind
-    if kind == "b":
-        return "b", np.dtype(bool)
-    if kind in "iu":
-        return "i", np.dtype(np.int64)
-    if kind == "f":
-        return "f", np.dtype(dtype)
+    found = ("b", np.dtype(bool)) if kind == "b" else ("i", np.dtype(np.int64)) if kind in "iu" else \
+        ("f", np.dtype(dtype)) if kind == "f" else None
+    if found is not None:
+        if value.__class__ is np.ndarray:
+            _ARRAY_KINDS[value.dtype] = found
+        return found
     raise TypeError(f"argument {position} of an elementwise function has dtype {dtype}; use float, "
                     "int or bool arrays")
 
 
+_FLOAT_DTYPES: dict = {}
+
+
 def _float_dtype(dtypes: list) -> np.dtype:
-    floats = [d for d in dtypes if d is not None and d.kind == "f"]
-    return np.dtype(np.result_type(*floats)) if floats else np.dtype(np.float64)
+    key = tuple(d for d in dtypes if d is not None and d.kind == "f")
+    found = _FLOAT_DTYPES.get(key)
+    if found is None:
+        found = _FLOAT_DTYPES[key] = np.dtype(np.result_type(*key)) if key else np.dtype(np.float64)
+    return found
+
+
+_SHAPES: dict = {}
+
+
+def _broadcast_shape(shapes: tuple) -> tuple:
+    found = _SHAPES.get(shapes)
+    if found is None:
+        found = _SHAPES[shapes] = tuple(np.broadcast_shapes(*shapes))
+    return found
 
 
 def _convert(value, kind: str, float_dtype, xp):
@@ -337,7 +360,7 @@ def broadcast(fn: Callable, *args, mode: str = "mixed"):
     float_dtype = _float_dtype([d for _, d in kd])
     arrays = [_convert(v, k, float_dtype, xp) for v, k in zip(values, kinds)]
     try:
-        shape = tuple(np.broadcast_shapes(*[a.shape for a in arrays]))
+        shape = _broadcast_shape(tuple(a.shape for a in arrays))
     except ValueError:
         shapes = ", ".join(str(tuple(a.shape)) for a in arrays)
         raise ValueError(f"elementwise function {name}: cannot broadcast argument shapes {shapes}") from None

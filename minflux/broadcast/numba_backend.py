@@ -22,7 +22,6 @@ a second process loads the kernel instead of compiling it.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import math
 import os
@@ -34,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import kernel_cache
 from .ifconvert import if_convert
 from .ir import Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var, has_loops
 
@@ -65,7 +65,7 @@ _MATH_BINARY = {"atan2", "hypot"}
 _HEADER = '''"""A minflux elementwise kernel, generated from the scalar function {name}. Do not edit."""
 import math
 import numpy as np
-from numba import njit
+from numba import carray, cfunc, njit, types
 from minflux.broadcast.fastmath import (exp_f32, log_f32, tanh_f32, sigmoid_f32, log1p_f32,
                                         expm1_f32, softplus_f32)
 from minflux.broadcast.numba_runtime import (_max, _min, _log64, _log1p64, _sigmoid64,
@@ -196,10 +196,19 @@ def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
     lines += _Printer(_prepare(fn), float_type, sub_names).function("_body")
     lines.append("")
     n_in, n_out = len(fn.params), fn.n_outputs
-    ins = [f"in{k}" for k in range(n_in)]
-    outs = [f"out{m}" for m in range(n_out)]
-    lines.append("@njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)")
-    lines.append(f"def kernel(r0, r1, inner, total, {', '.join(ins + outs)}):")
+    numba_type = {"f": float_type, "i": "int64", "b": "boolean"}
+    pointers = [f"types.CPointer(types.{numba_type[fn.kinds[p]]})" for p in fn.params] + \
+        [f"types.CPointer(types.{numba_type[k]})" for k in fn.output_kinds]
+    lines.append(f"_SIG = types.void({', '.join(['types.int64'] * 5 + pointers)})")
+    lines.append("")
+    lines.append("@cfunc(_SIG, error_model='numpy', boundscheck=False)")
+    params = [f"p{k}" for k in range(n_in)] + [f"q{m}" for m in range(n_out)]
+    lines.append(f"def kernel(r0, r1, inner, total, rows, {', '.join(params)}):")
+    length = {"F": "total", "R": "rows", "C": "inner", "S": "1"}
+    for k, p in enumerate(patterns):
+        lines.append(f"    in{k} = carray(p{k}, ({length[p]},))")
+    for m in range(n_out):
+        lines.append(f"    out{m} = carray(q{m}, (total,))")
     for k, p in enumerate(patterns):
         if p == "S":
             lines.append(f"    a{k} = in{k}[0]")
@@ -226,6 +235,46 @@ def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
 
 # -- layout ---------------------------------------------------------------------------------------
 
+_plans: dict = {}
+
+
+def _plan(shapes: tuple, shape: tuple):
+    """The layout for argument ``shapes`` broadcast to ``shape`` (see `plan_layout`), memoised."""
+    total = math.prod(shape)
+    d = len(shape)
+    keep = [i for i in range(d) if shape[i] != 1]
+    dims = [shape[i] for i in keep]
+    masks = []
+    for s in shapes:
+        padded = (1,) * (d - len(s)) + tuple(s)
+        masks.append(tuple(padded[i] != 1 for i in keep))
+    r = len(dims)
+
+    def fits(mask, p):
+        return len(set(mask[:p])) <= 1 and len(set(mask[p:])) <= 1
+
+    split = None
+    if not all(len(set(m)) <= 1 for m in masks):
+        split = next((p for p in range(r - 1, 0, -1) if all(fits(m, p) for m in masks)), r - 1)
+    if split is None:
+        inner = min(total, _FLAT_BLOCK) or 1
+        rows = -(-total // inner) if total else 0
+    else:
+        rows, inner = math.prod(dims[:split]), math.prod(dims[split:])
+    patterns, materialise = [], []
+    for s, mask in zip(shapes, masks):
+        if split is not None and not fits(mask, split):
+            patterns.append("F")
+            materialise.append(True)
+            continue
+        outer_full = any(mask[:split]) if split is not None else any(mask)
+        inner_full = any(mask[split:]) if split is not None else any(mask)
+        pattern = "F" if outer_full and inner_full else "R" if outer_full else "C" if inner_full else "S"
+        patterns.append(pattern)
+        materialise.append(pattern == "F" and tuple(s) != tuple(shape))
+    return rows, inner, total, tuple(patterns), tuple(materialise)
+
+
 def plan_layout(arrays: list, shape: tuple):
     """Choose the ``(rows, inner)`` view and each input's pattern and prepared 1-d array.
 
@@ -236,61 +285,24 @@ def plan_layout(arrays: list, shape: tuple):
     >>> rows, inner, total, patterns
     (3, 4, 12, ('R', 'F', 'S'))
     """
-    total = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    d = len(shape)
-    keep = [i for i in range(d) if shape[i] != 1]
-    dims = [shape[i] for i in keep]
-    full_masks = []
-    for a in arrays:
-        padded = (1,) * (d - a.ndim) + tuple(a.shape)
-        full_masks.append(tuple(padded[i] != 1 for i in keep))
-    r = len(dims)
-
-    def fits(mask, p):
-        return len(set(mask[:p])) <= 1 and len(set(mask[p:])) <= 1
-
-    uniform = all(len(set(m)) <= 1 for m in full_masks)
-    split = None
-    if not uniform:
-        for p in range(r - 1, 0, -1):
-            if all(fits(m, p) for m in full_masks):
-                split = p
-                break
-        if split is None:
-            split = r - 1
-    if split is None:
-        inner = min(total, _FLAT_BLOCK) or 1
-        rows = -(-total // inner) if total else 0
-    else:
-        rows = int(np.prod(dims[:split], dtype=np.int64))
-        inner = int(np.prod(dims[split:], dtype=np.int64))
-    patterns, flats = [], []
-    for a, mask in zip(arrays, full_masks):
-        outer_full = any(mask[:split]) if split is not None else any(mask)
-        inner_full = any(mask[split:]) if split is not None else any(mask)
-        if split is not None and not fits(mask, split):
+    key = (tuple(a.shape for a in arrays), shape)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _plan(*key)
+    rows, inner, total, patterns, materialise = plan
+    flats = []
+    for a, pattern, full in zip(arrays, patterns, materialise):
+        if full:
             a = np.broadcast_to(a, shape)
-            outer_full = inner_full = True
-        if outer_full and inner_full:
-            if a.shape != shape:
-                a = np.broadcast_to(a, shape)
-            patterns.append("F")
-            flats.append(np.ascontiguousarray(a).reshape(-1))
-        elif outer_full:
-            patterns.append("R")
-            flats.append(np.ascontiguousarray(a).reshape(-1))
-        elif inner_full:
-            patterns.append("C")
-            flats.append(np.ascontiguousarray(a).reshape(-1))
-        else:
-            patterns.append("S")
-            flats.append(np.ascontiguousarray(a).reshape(-1)[:1])
-    return rows, inner, total, tuple(patterns), flats
+        if not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a)
+        flat = a.reshape(-1)
+        flats.append(flat[:1] if pattern == "S" else flat)
+    return rows, inner, total, patterns, flats
 
 
 # -- compiling and caching ------------------------------------------------------------------------
 
-_memory: dict = {}
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 
@@ -300,12 +312,6 @@ def _threads() -> int:
     if env:
         return max(1, int(env))
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-
-
-def _version_tag() -> str:
-    import numba
-    from .. import __version__
-    return f"minflux {__version__} numba {numba.__version__} python {sys.version_info[:2]}"
 
 
 def _write_atomically(path: Path, text: str):
@@ -321,32 +327,70 @@ def _write_atomically(path: Path, text: str):
         raise
 
 
-def load_kernel(source: str):
-    """The compiled ``kernel`` of a generated module: from memory, from the disk cache, or new."""
-    digest = hashlib.sha256((_version_tag() + "\n" + source).encode()).hexdigest()[:24]
-    module_name = f"minflux_kernel_{digest}"
-    module = sys.modules.get(module_name)
-    if module is not None:
-        return module.kernel
-    path = cache_dir() / "kernels" / f"{module_name}.py"
+class Kernel:
+    """A loaded kernel: ``call(r0, r1, inner, total, rows, *pointers)`` and where it came from."""
+
+    def __init__(self, key: str, call, module=None):
+        self.key = key
+        self.call = call
+        self.module = module          # the generated module when compiled in this process
+
+    @property
+    def compiled_here(self) -> bool:
+        """True when numba compiled it in this process, False when loaded as object code."""
+        return self.module is not None
+
+    def assembly(self) -> str:
+        """The machine code (only for a kernel compiled in this process)."""
+        if self.module is None:
+            raise ValueError("the kernel was loaded from the disk cache as object code")
+        return self.module.kernel._library.get_asm_str()
+
+
+_loaded: dict = {}
+
+
+def _compile(source: str, key: str, directory: Path):
+    path = directory / f"{key}.py"
     try:
         if not path.exists() or path.read_text() != source:
             _write_atomically(path, source)
     except OSError:
-        path = Path(tempfile.mkdtemp(prefix="minflux-kernels-")) / f"{module_name}.py"
+        directory = Path(tempfile.mkdtemp(prefix="minflux-kernels-"))
+        path = directory / f"{key}.py"
         _write_atomically(path, source)
-    spec = importlib.util.spec_from_file_location(module_name, path)
+    spec = importlib.util.spec_from_file_location(key, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
+    sys.modules[key] = module
     try:
-        spec.loader.exec_module(module)
+        spec.loader.exec_module(module)   # numba compiles the cfunc here
     except BaseException:
-        del sys.modules[module_name]
+        del sys.modules[key]
         raise
-    return module.kernel
+    try:
+        kernel_cache.save(directory, key, module.kernel)
+    except OSError:
+        pass
+    return module
 
 
-def kernel_for(entry, dual, kinds: tuple, float_dtype, patterns: tuple):
+def load_kernel(source: str, n_pointers: int) -> Kernel:
+    """The kernel of a generated module: from memory, from object code on disk, or compiled now."""
+    key = kernel_cache.cache_key(source)
+    kernel = _loaded.get(key)
+    if kernel is None:
+        directory = cache_dir() / "kernels"
+        call = kernel_cache.load(directory, key, n_pointers)
+        if call is not None:
+            kernel = Kernel(key, call)
+        else:
+            module = _compile(source, key, directory)
+            kernel = Kernel(key, kernel_cache.prototype(n_pointers)(module.kernel.address), module)
+        _loaded[key] = kernel
+    return kernel
+
+
+def kernel_for(entry, dual, kinds: tuple, float_dtype, patterns: tuple) -> Kernel:
     """The compiled kernel for one transformed function and input layout (memoised)."""
     key = (id(dual), np.dtype(float_dtype).str, patterns, BRANCHES)
     hit = entry.kernels.get(key)
@@ -354,7 +398,7 @@ def kernel_for(entry, dual, kinds: tuple, float_dtype, patterns: tuple):
         return hit[1]
     source = generate_source(dual.function, np.dtype(float_dtype).name, patterns)
     with _lock:
-        kernel = load_kernel(source)
+        kernel = load_kernel(source, len(dual.function.params) + dual.function.n_outputs)
     entry.kernels[key] = (dual, kernel)
     return kernel
 
@@ -368,16 +412,17 @@ def run(entry, dual, arrays: list, kinds: tuple, float_dtype, shape: tuple) -> l
     results = [np.empty(shape, dtype) for dtype in dtypes]
     outs = [r.reshape(-1) for r in results]
     if total:
-        kernel = kernel_for(entry, dual, kinds, float_dtype, patterns)
-        n_threads = _threads()
-        if total >= PARALLEL_MIN_ELEMENTS and rows > 1 and n_threads > 1:
+        call = kernel_for(entry, dual, kinds, float_dtype, patterns).call
+        pointers = [a.ctypes.data for a in flats] + [o.ctypes.data for o in outs]
+        n_threads = _threads() if total >= PARALLEL_MIN_ELEMENTS and rows > 1 else 1
+        if n_threads > 1:
             if _pool is None:
                 _pool = ThreadPoolExecutor(n_threads, thread_name_prefix="minflux-kernel")
-            bounds = np.linspace(0, rows, min(n_threads, rows) + 1).astype(int)
-            futures = [_pool.submit(kernel, int(a), int(b), inner, total, *flats, *outs)
+            bounds = [rows * t // n_threads for t in range(n_threads + 1)]
+            futures = [_pool.submit(call, a, b, inner, total, rows, *pointers)
                        for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
             for f in futures:
                 f.result()
         else:
-            kernel(0, rows, inner, total, *flats, *outs)
+            call(0, rows, inner, total, rows, *pointers)
     return results

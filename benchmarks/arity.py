@@ -1,0 +1,175 @@
+"""Cost against the number of differentiable inputs: f(x1..xN) = prod_k (x_k if x_k > 0.5 else -x_k).
+
+Forward plus the gradient of ``sum(f)`` w.r.t. all N inputs, float32 ``(dims, dims)`` arrays, for
+N = 1..10 and 18 (the arity benchmark of Revels et al. 2018), compared side by side in one process:
+minflux mixed mode (numba), minflux ``mode="reverse"``, a hand-written parallel numba loop (value and
+N gradients in one pass, prefix/suffix products), and PyTorch eager / JAX jit when importable.
+Memory traffic grows linearly with N (N inputs, N gradients); forward mode's arithmetic grows as N^2
+but stays below the memory cost at these sizes.
+
+    python benchmarks/arity.py                 # writes benchmarks/results/arity.{json,md}
+    python benchmarks/arity.py --quick
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (see cell_update.py)
+
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _common import markdown_table, median_time, write_results  # noqa: E402
+
+_DIR = Path(tempfile.mkdtemp(prefix="minflux-arity-"))
+
+
+def _module(name: str, source: str):
+    path = _DIR / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def scalar_function(n: int):
+    """The scalar function of n arguments, written out as source (the compiler reads source)."""
+    args = ", ".join(f"x{k}" for k in range(n))
+    factors = " * ".join(f"(x{k} if x{k} > 0.5 else -x{k})" for k in range(n))
+    return getattr(_module(f"arity_fn_{n}", f"def f({args}):\n    return {factors}\n"), "f")
+
+
+def hand_written(n: int):
+    """A parallel numba loop: the value and all n gradients with prefix and suffix products."""
+    args = ", ".join(f"x{k}" for k in range(n))
+    grads = ", ".join(f"g{k}" for k in range(n))
+    lines = ["import numpy as np", "from numba import njit, prange", "",
+             "@njit(parallel=True, error_model='numpy')",
+             f"def kernel(y, {args}, {grads}):",
+             "    rows, cols = y.shape",
+             "    for r in prange(rows):",
+             "        for j in range(cols):"]
+    for k in range(n):
+        lines.append(f"            v{k} = x{k}[r, j]")
+        lines.append(f"            s{k} = v{k} if v{k} > np.float32(0.5) else -v{k}")
+        lines.append(f"            d{k} = np.float32(1.0) if v{k} > np.float32(0.5) else np.float32(-1.0)")
+    lines.append("            p0 = np.float32(1.0)")
+    for k in range(1, n + 1):
+        lines.append(f"            p{k} = p{k - 1} * s{k - 1}")
+    lines.append(f"            q{n} = np.float32(1.0)")
+    for k in range(n - 1, -1, -1):
+        lines.append(f"            q{k} = q{k + 1} * s{k}")
+    lines.append(f"            y[r, j] = p{n}")
+    for k in range(n):
+        lines.append(f"            g{k}[r, j] = p{k} * q{k + 1} * d{k}")
+    kernel = _module(f"arity_hand_{n}", "\n".join(lines) + "\n").kernel
+
+    def run(*xs):
+        y = np.empty_like(xs[0])
+        gs = [np.empty_like(xs[0]) for _ in xs]
+        kernel(y, *xs, *gs)
+        return float(y.sum()), gs
+
+    return run
+
+
+def minflux_impls(n: int):
+    import minflux as mf
+    f = scalar_function(n)
+
+    def mixed(*xs):
+        return mf.withgradient(lambda *xs: mf.sum(mf.broadcast(f, *xs)), *xs)
+
+    def reverse(*xs):
+        return mf.withgradient(lambda *xs: mf.sum(mf.broadcast(f, *xs, mode="reverse")), *xs)
+
+    return {"mixed (numba)": mixed, "reverse": reverse}
+
+
+def torch_impl():
+    import torch
+
+    def run(*xs):
+        ts = [torch.from_numpy(x).requires_grad_() for x in xs]
+        y = ts[0].new_ones(())
+        for t in ts:
+            y = y * torch.where(t > 0.5, t, -t)
+        loss = y.sum()
+        return float(loss), [g.numpy() for g in torch.autograd.grad(loss, ts)]
+
+    return run
+
+
+def jax_impl(n: int):
+    import jax
+    import jax.numpy as jnp
+
+    def loss(*xs):
+        y = 1.0
+        for x in xs:
+            y = y * jnp.where(x > 0.5, x, -x)
+        return y.sum()
+
+    step = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(n))))
+
+    def run(*xs):
+        value, grads = step(*xs)
+        return float(value), [np.asarray(g.block_until_ready()) for g in grads]
+
+    return run
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dims", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    arities = [1, 2, 4, 8] if args.quick else list(range(1, 11)) + [18]
+    dims = 256 if args.quick else args.dims
+    repeats = 3 if args.quick else args.repeats
+    rng = np.random.default_rng(0)
+    rows, data = [], {}
+    for n in arities:
+        xs = [rng.uniform(-1, 1, (dims, dims)).astype(np.float32) for _ in range(n)]
+        impls = dict(minflux_impls(n))
+        impls["hand-written numba"] = hand_written(n)
+        try:
+            impls["PyTorch eager"] = torch_impl()
+        except ImportError:
+            pass
+        try:
+            impls["JAX jit"] = jax_impl(n)
+        except ImportError:
+            pass
+        reference = [np.asarray(g, np.float64) for g in impls["hand-written numba"](*xs)[1]]
+        times, errors = {}, {}
+        for name, fn in impls.items():
+            grads = fn(*xs)[1]  # warm-up: compiles kernels and jit functions
+            errors[name] = max(float(np.max(np.abs(np.asarray(g, np.float64) - r)))
+                               for g, r in zip(grads, reference))
+            times[name] = median_time(lambda: fn(*xs), repeats=repeats, warmup=1) * 1e3
+            print(f"N={n} {name}: {times[name]:.2f} ms", file=sys.stderr)
+        data[n] = {"ms": times, "max_grad_error_vs_hand_written": errors}
+        names = list(times)
+        rows.append([n] + [f"{times[k]:.2f}" for k in names]
+                    + [f"{times['mixed (numba)'] / times['hand-written numba']:.2f}x"])
+    header = ["N"] + [f"{k} ms" for k in names] + ["mixed / hand-written"]
+    table = (f"Forward + gradient of `sum(prod_k (x_k if x_k > 0.5 else -x_k))` w.r.t. all N inputs, "
+             f"float32 ({dims}, {dims}), median ms (`python benchmarks/arity.py`).\n\n"
+             + markdown_table(header, rows))
+    write_results("arity", {"dims": dims, "results": data}, table)
+
+
+if __name__ == "__main__":
+    main()

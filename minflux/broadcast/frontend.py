@@ -36,17 +36,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import rules
+from .calls import call_object
 from .errors import CompileError
-from .ir import (Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var,
-                 contains_return, falls_through)
+from .ir import Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var, falls_through
 
 _BINOPS = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide",
            ast.FloorDiv: "floor_divide", ast.Mod: "mod", ast.Pow: "power"}
 _CMPOPS = {ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater", ast.GtE: "greater_equal",
            ast.Eq: "equal", ast.NotEq: "not_equal"}
 _MATH_CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf, "nan": math.nan}
-_MATH_ALIASES = {"fabs": "abs", "pow": "power"}
 
 _UNSUPPORTED_EXPR = {
     ast.List: ("a list", "use scalars only (return a tuple for several outputs)"),
@@ -582,7 +580,7 @@ class _Frontend:
         args = [self.expr(a) for a in node.args]
         if any(isinstance(a, tuple) for a in args):
             self.error(node, "a tuple as an argument", "unpack it first: a, b = ...")
-        return _call_object(self, target, name, args, node)
+        return call_object(self, target, name, args, node)
 
 
 def _count_outputs(stmts, fe) -> int:
@@ -624,143 +622,6 @@ def _assigned_locals(node) -> set:
             if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
                 names.add(sub.id)
     return names
-
-
-_MF_PRIMITIVES: dict = {}
-
-
-def _minflux_primitive(target) -> str | None:
-    """The table name of a minflux elementwise op (mf.tanh, mf.where, ...), or None."""
-    if not _MF_PRIMITIVES:
-        import minflux
-        from .. import elementwise
-        for module in (minflux, elementwise):
-            for name in rules.TABLE:
-                obj = getattr(module, name, None)
-                if callable(obj):
-                    _MF_PRIMITIVES[id(obj)] = (obj, name)
-    hit = _MF_PRIMITIVES.get(id(target))
-    return hit[1] if hit is not None and hit[0] is target else None
-
-
-def _call_object(fe: _Frontend, target, name: str, args: list, node):
-    from .api import ElementwiseFunction, ScalarRuleFunction
-
-    def need(n_min, n_max=None):
-        n_max = n_min if n_max is None else n_max
-        if not n_min <= len(args) <= n_max:
-            raise CompileError(f"{name}() takes {n_min if n_min == n_max else f'{n_min} to {n_max}'} "
-                               f"argument(s), got {len(args)}", fe.loc(node), name)
-
-    if isinstance(target, ScalarRuleFunction):
-        need(target.arity)
-        fe.subroutines.update(target.subroutines())
-        return fe.call(target.op, tuple(args), node)
-    if isinstance(target, ElementwiseFunction):
-        return _inline(fe, target.fn, args, node)
-    if target is abs:
-        need(1)
-        return fe.call("abs", tuple(args), node)
-    if target is min or target is max:
-        if len(args) < 2:
-            fe.error(node, f"{name}() of fewer than two values", "pass two or more scalars")
-        op = "minimum" if target is min else "maximum"
-        acc = args[0]
-        for a in args[1:]:
-            acc = fe.call(op, (acc, a), node)
-        return acc
-    if target is float:
-        need(1)
-        return fe.call("float", tuple(args), node)
-    if target is bool:
-        need(1)
-        return fe.call("truth", tuple(args), node)
-    if target is int:
-        fe.error(node, "int()", "use math.floor(x) or math.trunc(x) (they return floats here)")
-    if isinstance(target, types.BuiltinFunctionType) and getattr(target, "__module__", None) == "math":
-        return _math_call(fe, target.__name__, args, node, need)
-    op = _minflux_primitive(target)
-    if op is not None:
-        need(rules.TABLE[op].arity)
-        return fe.call(op, tuple(args), node)
-    if target is range:
-        fe.error(node, "range() outside a for statement", "use it as for k in range(n)")
-    kind = type(target).__name__
-    fe.error(node, f"a call to {name} (a {kind})", "call math.*, mf.* primitives, other "
-             "@mf.elementwise functions or @mf.scalar_rule functions")
-
-
-def _math_call(fe, fname, args, node, need):
-    if fname == "log" and len(args) == 2:
-        num = fe.call("log", (args[0],), node)
-        den = fe.call("log", (args[1],), node)
-        return fe.call("divide", (num, den), node)
-    op = _MATH_ALIASES.get(fname, fname)
-    if op not in rules.TABLE:
-        fe.error(node, f"math.{fname}", "use a function of the derivative table (mf.* or math.exp, "
-                 "log, sqrt, sin, cos, tan, tanh, ...), or add one with mf.scalar_rule")
-    need(rules.TABLE[op].arity)
-    return fe.call(op, tuple(args), node)
-
-
-def _inline(fe: _Frontend, callee: Callable, args: list, node):
-    """Inline elementwise function ``callee``: its body with renamed variables, returns as jumps."""
-    from .ir import walk
-    cnode, filename, offset = _source_node(callee)
-    fe.counter[2] += 1
-    sub = _Frontend(callee, cnode, filename, offset, fe.counter, f"_{fe.counter[2]}", fe.bindings,
-                    fe.stack + (fe.fn,), fe.subroutines)
-    if len(args) != len(sub.params):
-        raise CompileError(f"{callee.__name__}() takes {len(sub.params)} argument(s), got {len(args)}",
-                           fe.loc(node), callee.__name__)
-    inner = sub.function()
-    fe.temps |= sub.temps
-    for p, a in zip(inner.params, args):
-        fe.emit(Assign(p, a, fe.loc(node)))
-    results = [fe.select_var() for _ in range(inner.n_outputs)]
-    body = inner.body
-    last = body[-1] if body else None
-    simple = isinstance(last, Return) and not any(contains_return(s) for s in body[:-1])
-    if simple:
-        fe.out.extend(body[:-1])
-        for r, v in zip(results, last.values):
-            fe.emit(Assign(r, v, last.loc))
-    else:
-        flag = fe.select_var()
-        fe.emit(Assign(flag, Const(False), fe.loc(node)))
-        fe.out.extend(_eliminate_returns(body, results, flag, 0))
-    values = tuple(Var(r) for r in results)
-    return values if len(values) > 1 else values[0]
-
-
-def _eliminate_returns(stmts: list, results: list, flag: str, depth: int) -> list:
-    """Rewrite ``return v`` as ``result = v; flag = True`` plus jumps, guarding what follows."""
-    out: list = []
-    for i, s in enumerate(stmts):
-        if isinstance(s, Return):
-            out += [Assign(r, v, s.loc) for r, v in zip(results, s.values)]
-            out.append(Assign(flag, Const(True), s.loc))
-            if depth:
-                out.append(Break(s.loc))
-            return out
-        if isinstance(s, If):
-            out.append(If(s.cond, _eliminate_returns(s.body, results, flag, depth),
-                          _eliminate_returns(s.orelse, results, flag, depth), s.loc))
-        elif isinstance(s, Loop):
-            out.append(Loop(_eliminate_returns(s.body, results, flag, depth + 1), s.latch, s.loc))
-        else:
-            out.append(s)
-        if contains_return(s):
-            rest = _eliminate_returns(stmts[i + 1:], results, flag, depth)
-            if isinstance(s, Loop) and depth:
-                out.append(If(Var(flag), [Break(s.loc)], [], s.loc))
-                out += rest
-            elif depth:
-                out += rest
-            elif rest:
-                out.append(If(Var(flag), [], rest, s.loc))
-            return out
-    return out
 
 
 def parse(fn: Callable) -> Parsed:

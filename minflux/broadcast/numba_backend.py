@@ -7,18 +7,20 @@ Each transformed function becomes a generated module with
   straight-line code with selects that LLVM vectorises; a function with ``while``/``for`` loops
   keeps real branches and loops. In float32 kernels exp, log, tanh, sigmoid, log1p, expm1 and
   softplus are the vectorisable implementations of `minflux.broadcast.fastmath`.
-* ``kernel(r0, r1, inner, total, inputs..., outputs...)``: the loop over rows ``r0:r1`` of a
-  ``(rows, inner)`` view of the broadcast shape. Each input is passed in its smallest form: a full
-  contiguous array (sliced per row), a per-row vector (an ``(n, 1)`` control input is never
-  materialised), a per-column vector, or a single value. Outputs are preallocated contiguous arrays;
-  one pass over memory writes every output and every partial. The kernel releases the GIL and large
-  calls split their rows over a thread pool.
+* ``kernel(r0, r1, inner, total, rows, inputs..., outputs...)``: a C-callable function (a numba
+  ``cfunc`` on raw pointers) looping over rows ``r0:r1`` of a ``(rows, inner)`` view of the
+  broadcast shape. Each input is passed in its smallest form: a full contiguous array (sliced per
+  row), a per-row vector (an ``(n, 1)`` control input is never materialised), a per-column vector,
+  or a single value. Outputs are preallocated contiguous arrays; one pass over memory writes every
+  output and every partial. Calls through ctypes release the GIL, and large calls split their rows
+  over a thread pool.
 
 Kernels are cached in memory and on disk under `cache_dir()` (``MINFLUX_CACHE_DIR`` overrides it):
-the module's file name is a hash of its source, which spells out the transformed IR (so the scalar
-function's source, constants, input kinds and dtypes and the differentiable-input mask), the input
-layouts, and the minflux and numba versions; numba's own cache next to it holds the machine code, so
-a second process loads the kernel instead of compiling it.
+the file name is a hash of the generated source -- which spells out the transformed IR, so the
+scalar function's source, constants, input kinds and dtypes and the differentiable-input mask --,
+the input layouts, the minflux/numba/llvmlite/Python versions and the host CPU. Next to the source
+lies the kernel's object code (`minflux.broadcast.kernel_cache`), which a second process links back
+in milliseconds without starting numba.
 """
 from __future__ import annotations
 

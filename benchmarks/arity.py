@@ -105,7 +105,8 @@ def torch_impl():
         for t in ts:
             y = y * torch.where(t > 0.5, t, -t)
         loss = y.sum()
-        return float(loss), [g.numpy() for g in torch.autograd.grad(loss, ts)]
+        grads = torch.autograd.grad(loss, ts)
+        return float(loss.detach()), [g.numpy() for g in grads]
 
     return run
 

@@ -130,7 +130,7 @@ def torch_impl(z, zb):
         y = torch.where(tz == 1, ig, torch.where(tzb == 0, tc, torch.sigmoid(tf) * tc + ig))
         loss = y.sum()
         grads = torch.autograd.grad(loss, ts)
-        return float(loss), tuple(gr.numpy() for gr in grads)
+        return float(loss.detach()), tuple(gr.numpy() for gr in grads)
 
     return run
 

@@ -382,7 +382,10 @@ def load_kernel(source: str, n_pointers: int) -> Kernel:
     kernel = _loaded.get(key)
     if kernel is None:
         directory = cache_dir() / "kernels"
-        call = kernel_cache.load(directory, key, n_pointers)
+        try:
+            call = kernel_cache.load(directory, key, n_pointers)
+        except Exception:  # an unusable cache entry (another platform, a broken file): recompile
+            call = None
         if call is not None:
             kernel = Kernel(key, call)
         else:

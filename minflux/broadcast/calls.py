@@ -101,7 +101,8 @@ def _math_call(fe, fname, args, node, need):
 
 def _inline(fe, callee: Callable, args: list, node):
     """Inline elementwise function ``callee``: its body with renamed variables, returns as jumps."""
-    from .frontend import _Frontend, _source_node
+    from .frontend import _Frontend
+    from .source import source_node as _source_node
     cnode, filename, offset = _source_node(callee)
     fe.counter[2] += 1
     sub = _Frontend(callee, cnode, filename, offset, fe.counter, f"_{fe.counter[2]}", fe.bindings,

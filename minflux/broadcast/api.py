@@ -286,6 +286,8 @@ def _convert(value, kind: str, float_dtype, xp):
     dtype = float_dtype if kind == "f" else np.dtype(np.int64) if kind == "i" else np.dtype(bool)
     if hasattr(value, "dtype") and hasattr(value, "shape"):
         return value if value.dtype == dtype else value.astype(dtype)
+    if xp is not np:  # CuPy kernels take numpy scalars by value: no host-to-device copy per call
+        return dtype.type(value)
     return xp.asarray(value, dtype=dtype)
 
 

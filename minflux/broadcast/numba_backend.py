@@ -352,7 +352,25 @@ class Kernel:
 _loaded: dict = {}
 
 
+# LLVM stops vectorising a loop that needs more than 8 runtime checks that its pointers do not
+# overlap; a dual kernel with many partials has a dozen or more output streams, and compiled as
+# scalar code it runs about 5x slower. The limits are process-wide LLVM options, set once.
+LLVM_OPTIONS = ("-runtime-memory-check-threshold=1024", "-vectorize-memory-check-threshold=1024")
+_llvm_configured = False
+
+
+def _configure_llvm() -> None:
+    global _llvm_configured
+    if not _llvm_configured:
+        import llvmlite.binding as llvm
+
+        for option in LLVM_OPTIONS:
+            llvm.set_option("minflux", option)
+        _llvm_configured = True
+
+
 def _compile(source: str, key: str, directory: Path):
+    _configure_llvm()
     path = directory / f"{key}.py"
     try:
         if not path.exists() or path.read_text() != source:
@@ -378,7 +396,7 @@ def _compile(source: str, key: str, directory: Path):
 
 def load_kernel(source: str, n_pointers: int) -> Kernel:
     """The kernel of a generated module: from memory, from object code on disk, or compiled now."""
-    key = kernel_cache.cache_key(source)
+    key = kernel_cache.cache_key(f"{source}\n# llvm {' '.join(LLVM_OPTIONS)}")
     kernel = _loaded.get(key)
     if kernel is None:
         directory = cache_dir() / "kernels"

@@ -115,6 +115,34 @@ def test_float32_cell_update_kernel_vectorises(tmp_path, monkeypatch):
         assert "ymm" in asm or "zmm" in asm
 
 
+
+@pytest.mark.skipif(not _has_avx2(), reason="needs an x86 CPU with AVX2")
+def test_kernel_with_a_dozen_partial_streams_still_vectorises(tmp_path, monkeypatch):
+    """Twelve output streams need more pointer-overlap checks than LLVM allows by default."""
+    monkeypatch.setenv("MINFLUX_CACHE_DIR", str(tmp_path))
+
+    def update(z, zb, c, h, f, i, o, g):  # the HM-LSTM cell; a fresh code object, compiled now
+        if z == 1:
+            c_new = mf.sigmoid(i) * mf.tanh(g)
+        elif zb == 0:
+            return c, h
+        else:
+            c_new = mf.sigmoid(f) * c + mf.sigmoid(i) * mf.tanh(g)
+        return c_new, mf.sigmoid(o) * mf.tanh(c_new)
+
+    z = np.array([[1.0], [0.0]], np.float32)
+    args = [np.ones((2, 8), np.float32) for _ in range(6)]
+
+    def loss(*xs):
+        c, h = mf.broadcast(update, z, 1.0 - z, *xs)
+        return mf.sum(c) + mf.sum(h)
+
+    mf.gradient(loss, *args)
+    from minflux.broadcast import api
+    (kernel,) = [k for _, k in api._entry(update).kernels.values()]
+    assert kernel.compiled_here
+    assert "vmulps" in kernel.assembly()
+
 CHILD = textwrap.dedent("""
     import sys
     import numpy as np, minflux as mf

@@ -32,7 +32,12 @@ _local = threading.local()
 
 
 class HostTransferError(RuntimeError):
-    """Device data was copied to the host inside a `no_host_transfers` block."""
+    """Device data was copied to the host inside a `no_host_transfers` block.
+
+    >>> import minflux as mf
+    >>> issubclass(mf.HostTransferError, RuntimeError)
+    True
+    """
 
 
 @dataclass(eq=False)

@@ -39,7 +39,12 @@ class Rule:
 
 @dataclass(frozen=True)
 class AccumulatorRule(Rule):
-    """A rule whose state is one array shaped like the parameter, starting at zero."""
+    """A rule whose state is one array shaped like the parameter, starting at zero.
+
+    >>> import numpy as np, minflux as mf
+    >>> mf.optim.Momentum(0.1).init(np.ones(2))
+    array([0., 0.])
+    """
 
     def init(self, param):
         return xp_of(param).zeros_like(param)
@@ -51,6 +56,10 @@ class GlobalRule(Rule):
 
     Parameters whose rules are equal (same type and hyperparameters) at the same position of their
     chains are processed together as one group.
+
+    >>> import numpy as np, minflux as mf
+    >>> isinstance(mf.optim.ClipNorm(1.0), mf.optim.GlobalRule)
+    True
     """
 
     def apply(self, state, param, grad):

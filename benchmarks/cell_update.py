@@ -61,13 +61,7 @@ def make_inputs(dims: int, seed: int = 0):
 def minflux_impls(z, zb):
     import minflux as mf
 
-    @mf.elementwise
-    def cell_update(z, zb, c, f, i, g):
-        if z == 1:
-            return mf.sigmoid(i) * mf.tanh(g)
-        elif zb == 0:
-            return c
-        return mf.sigmoid(f) * c + mf.sigmoid(i) * mf.tanh(g)
+    from models.cells import cell_update
 
     def mixed(c, f, i, g):
         return mf.withgradient(lambda c, f, i, g: mf.sum(cell_update(z, zb, c, f, i, g)), c, f, i, g)

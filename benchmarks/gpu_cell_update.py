@@ -34,15 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import minflux as mf  # noqa: E402
-
-
-@mf.elementwise
-def cell_update(z, zb, c, f, i, g):
-    if z == 1:                            # FLUSH
-        return mf.sigmoid(i) * mf.tanh(g)
-    elif zb == 0:                         # COPY
-        return c
-    return mf.sigmoid(f) * c + mf.sigmoid(i) * mf.tanh(g)   # UPDATE
+from models.cells import cell_update  # noqa: E402
 
 
 def host_inputs(dims: int, seed: int = 0):

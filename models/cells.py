@@ -72,3 +72,18 @@ def hm_update_blend(z, z_below, c, h, f, i, o, g):
     h_new = z * (so * mf.tanh(ig)) + (1 - z) * z_below * (so * mf.tanh(c_update)) + copy * h
     return c_new, h_new
 
+
+
+@mf.elementwise
+def cell_update(z, z_below, c, f, i, g):
+    """The cell-state half of `hm_update`: the kernel of the mixed-mode paper's HM-LSTM benchmark.
+
+    >>> import numpy as np
+    >>> cell_update(0.0, 0.0, np.array([0.5]), 0.0, 0.0, 0.0)
+    array([0.5])
+    """
+    if z == 1:                                               # FLUSH
+        return mf.sigmoid(i) * mf.tanh(g)
+    elif z_below == 0:                                       # COPY
+        return c
+    return mf.sigmoid(f) * c + mf.sigmoid(i) * mf.tanh(g)   # UPDATE

@@ -352,10 +352,10 @@ class Kernel:
 _loaded: dict = {}
 
 
-# LLVM stops vectorising a loop that needs more than 8 runtime checks that its pointers do not
+# LLVM's loop vectoriser gives up on a loop that needs many runtime checks that its pointers do not
 # overlap; a dual kernel with many partials has a dozen or more output streams, and compiled as
-# scalar code it runs about 5x slower. The limits are process-wide LLVM options, set once.
-LLVM_OPTIONS = ("-runtime-memory-check-threshold=1024", "-vectorize-memory-check-threshold=1024")
+# scalar code it runs about 5x slower. The limit is a process-wide LLVM option, set once.
+LLVM_OPTIONS = ("-vectorize-memory-check-threshold=1024",)
 _llvm_configured = False
 
 

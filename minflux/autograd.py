@@ -236,11 +236,39 @@ def _fresh(array, dtype):
     return array.astype(xp.result_type(array.dtype, dtype), copy=True)
 
 
+def is_seed_broadcast(g) -> bool:
+    """True when ``g`` is the running backward pass's seed (ones) or a zero-stride view of it.
+
+    Such a gradient is known to be all ones without reading its memory (no device-to-host copy on
+    a GPU), so a VJP may skip multiplying by it.
+
+    >>> import numpy as np
+    >>> is_seed_broadcast(np.ones(3))
+    False
+    """
+    seed = getattr(_local, "seed", None)
+    if seed is None or any(g.strides):
+        return False
+    while g is not None:
+        if g is seed:
+            return True
+        g = getattr(g, "base", None)
+    return False
+
+
 def _backward(tape: Tape, loss: Tensor) -> dict[int, Any]:
     xp = get_array_module(loss.value)
     grads = _Gradients()
-    grads.by_slot[loss._slot] = xp.ones_like(loss.value)
-    nodes = tape.nodes
+    seed = grads.by_slot[loss._slot] = xp.ones_like(loss.value)
+    outer_seed, _local.seed = getattr(_local, "seed", None), seed
+    try:
+        _run_nodes(tape.nodes, grads)
+    finally:
+        _local.seed = outer_seed
+    return grads.by_slot
+
+
+def _run_nodes(nodes: list, grads: _Gradients) -> None:
     with np.errstate(all="ignore"):
         while nodes:
             node = nodes.pop()
@@ -257,7 +285,6 @@ def _backward(tape: Tape, loss: Tensor) -> dict[int, Any]:
             for slot, g in zip(inputs, gins):
                 if slot and g is not None:
                     grads.add(slot, g)
-    return grads.by_slot
 
 
 def _own_gradient(g, value, handed_out: set[int]):

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..autograd import record
+from ..autograd import is_seed_broadcast, record
 from ..backend import get_array_module
 
 
@@ -48,7 +48,7 @@ def _times(g, p, fresh: bool = False):
         return g
     if fresh and getattr(p, "shape", None) == getattr(g, "shape", ()) and p.dtype == g.dtype:
         # p is a new array no one else holds: reuse it (the gradient of a sum needs no pass at all)
-        if isinstance(g, np.ndarray) and g.ndim and not any(g.strides) and g[(0,) * g.ndim] == 1:
+        if is_seed_broadcast(g):
             return p
         return get_array_module(p).multiply(g, p, out=p)
     return g * p

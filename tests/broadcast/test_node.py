@@ -103,3 +103,29 @@ def test_node_casts_gradients_to_the_argument_dtype():
 @pytest.mark.parametrize("shape", [(), (1,), (3, 1)])
 def test_sum_to_small_cases(shape):
     assert sum_to(np.ones((2, 3, 4))[..., :1], shape).shape == shape
+
+
+def _fresh_double(p):
+    from minflux.broadcast.node import broadcast_node
+
+    return lambda x: broadcast_node("double", [x], [2 * x.value], {(0, 0): p}, fresh=True)
+
+
+def test_gradient_of_a_sum_is_the_fresh_partial_itself():
+    """The seed of the backward pass is known to be ones, so no multiply pass is made."""
+    p = np.full(3, 2.0)
+    (g,) = mf.gradient(lambda x: mf.sum(_fresh_double(p)(x)), np.ones(3))
+    assert g is p and np.array_equal(g, [2.0, 2.0, 2.0])
+
+
+def test_a_ones_array_that_is_not_the_seed_is_still_multiplied():
+    p = np.full(3, 2.0)
+    ones = np.broadcast_to(np.ones(1), (3,))
+    (g,) = mf.gradient(lambda x: mf.sum(_fresh_double(p)(x) * ones * 3.0), np.ones(3))
+    np.testing.assert_array_equal(g, [6.0, 6.0, 6.0])
+
+
+def test_is_seed_broadcast_only_inside_a_backward_pass():
+    from minflux.autograd import is_seed_broadcast
+
+    assert not is_seed_broadcast(np.broadcast_to(np.ones(()), (2, 2)))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .errors import CompileError
 from .ir import (Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var, join,
-                 operand_kind, result_kind)
+                 operand_kind, result_kind, walk)
 
 
 def _kind(atom, kinds: dict) -> str:
@@ -41,7 +41,7 @@ def _infer(fn: Function, param_kinds: list) -> tuple[dict, list]:
     changed = True
     while changed:
         changed = False
-        for stmt in _statements(fn.body):
+        for stmt in walk(fn.body):
             if isinstance(stmt, Assign):
                 try:
                     k = _value_kind(stmt.value, kinds)
@@ -53,22 +53,11 @@ def _infer(fn: Function, param_kinds: list) -> tuple[dict, list]:
                     kinds[stmt.target] = new
                     changed = True
     outputs: list = []
-    for stmt in _statements(fn.body):
+    for stmt in walk(fn.body):
         if isinstance(stmt, Return):
             ks = [_kind(v, kinds) for v in stmt.values]
             outputs = ks if not outputs else [join(a, b) for a, b in zip(outputs, ks)]
     return kinds, outputs
-
-
-def _statements(stmts):
-    for s in stmts:
-        yield s
-        if isinstance(s, If):
-            yield from _statements(s.body)
-            yield from _statements(s.orelse)
-        elif isinstance(s, Loop):
-            yield from _statements(s.body)
-            yield from _statements(s.latch)
 
 
 _CAST_FOLD = {"f": float, "i": int, "b": bool}
@@ -154,7 +143,7 @@ def infer_kinds(fn: Function, param_kinds: list, output_kinds: list | None = Non
     kinds, outputs = _infer(fn, list(param_kinds))
     if output_kinds is not None:
         outputs = list(output_kinds)
-    for s in _statements(fn.body):
+    for s in walk(fn.body):
         if isinstance(s, Assign) and s.target not in kinds:
             raise CompileError(f"cannot tell the type of {s.target!r}", s.loc)
     typer = _Typer(kinds)

@@ -5,9 +5,10 @@ import json
 import os
 import platform
 import statistics
-import tempfile
 import time
 from pathlib import Path
+
+from minflux.files import write_atomically
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -39,19 +40,11 @@ def median_time(fn, repeats: int = 5, warmup: int = 1) -> float:
     return statistics.median(times)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def write_results(name: str, data: dict, table: str) -> None:
     """Write ``results/NAME.json`` and ``results/NAME.md`` (the table the README is regenerated from)."""
     data = dict(data, machine=machine())
-    _atomic_write(RESULTS / f"{name}.json", json.dumps(data, indent=2) + "\n")
-    _atomic_write(RESULTS / f"{name}.md", table.rstrip("\n") + f"\n\nMeasured on: {machine()}.\n")
+    write_atomically(RESULTS / f"{name}.json", json.dumps(data, indent=2) + "\n")
+    write_atomically(RESULTS / f"{name}.md", table.rstrip("\n") + f"\n\nMeasured on: {machine()}.\n")
     print(table)
 
 

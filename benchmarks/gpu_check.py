@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from minflux.files import write_atomically
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
@@ -87,14 +88,6 @@ def summary(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(BENCH / "results"), help="folder for gpu_check.json and .md")
@@ -116,8 +109,8 @@ def main(argv=None) -> int:
     report["parts"]["hmlstm_step"] = run_part(
         "hmlstm_step", [py, str(BENCH / "gpu_hmlstm_step.py"), "--repeats", "2" if args.quick else "3",
                         "--json", str(scratch / "hmlstm_step.json")], scratch / "hmlstm_step.json")
-    _atomic_write(out / "gpu_check.json", json.dumps(report, indent=2) + "\n")
-    _atomic_write(out / "gpu_check.md", summary(report))
+    write_atomically(out / "gpu_check.json", json.dumps(report, indent=2) + "\n")
+    write_atomically(out / "gpu_check.md", summary(report))
     print(summary(report))
     print(f"wrote {out / 'gpu_check.json'}")
     return 0 if all(p["status"] == "ok" for p in report["parts"].values()) else 1

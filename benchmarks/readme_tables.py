@@ -6,11 +6,11 @@ as they are. Run it after a benchmark: ``python benchmarks/readme_tables.py``.
 """
 from __future__ import annotations
 
-import os
 import re
 import sys
-import tempfile
 from pathlib import Path
+
+from minflux.files import write_atomically
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results:(?P=name) -->)", re.S)
@@ -40,10 +40,7 @@ def regenerate(readme_text: str, results_dir: Path) -> tuple[str, list[str]]:
 def main() -> int:
     readme = ROOT / "README.md"
     text, refreshed = regenerate(readme.read_text(), ROOT / "benchmarks" / "results")
-    fd, tmp = tempfile.mkstemp(dir=ROOT, prefix=".README.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, readme)
+    write_atomically(readme, text)
     print("refreshed:", ", ".join(refreshed) or "nothing")
     return 0
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import html
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 import minflux as mf
+from minflux.files import write_atomically
 
 from .data import Vocabulary
 from .sample import prime_tokens
@@ -109,20 +109,6 @@ def render_html(symbols: list[str], z: np.ndarray, title: str = "HM-LSTM boundar
             f"<h1>{html.escape(title)}</h1><p>{legend}</p>"
             "<p>A bar under a character: that layer's boundary detector fired (z = 1) after reading it.</p>"
             f"<div class=\"t\">{''.join(cells)}</div></body></html>\n")
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename.
-
-    >>> import tempfile
-    >>> target = Path(tempfile.mkdtemp()) / "page.html"
-    >>> write_atomically(target, "<p>hi</p>"); target.read_text()
-    '<p>hi</p>'
-    """
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:

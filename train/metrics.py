@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
+
+from minflux.files import write_atomically
 
 
 def _clean(value):
@@ -53,6 +54,4 @@ class MetricsLog:
     def truncate_after(self, step: int) -> None:
         """Drop the records of steps after ``step`` (atomically rewriting the file)."""
         kept = [r for r in self.read() if r.get("step", 0) <= step]
-        tmp = self.path.with_name(f"{self.path.name}.tmp{os.getpid()}")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_atomically(self.path, "".join(json.dumps(r) + "\n" for r in kept))

@@ -15,11 +15,11 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
-import os
 import sys
-import tempfile
 import threading
 from pathlib import Path
+
+from ..files import write_atomically
 
 _STUBS = r"""
 declare i32 @PyGILState_Ensure()
@@ -152,18 +152,6 @@ def load(directory: Path, key: str, n_pointers: int):
     return prototype(n_pointers)(address)
 
 
-def _write(path: Path, data: bytes):
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def save(directory: Path, key: str, cfunc) -> None:
     """Save a compiled numba ``cfunc``'s object code and what it needs to be linked again."""
     library = cfunc._library
@@ -176,6 +164,6 @@ def save(directory: Path, key: str, cfunc) -> None:
         {g.name for g in module.global_variables if g.is_declaration}
     externals = sorted(n for n in declared if not n.startswith("llvm."))  # intrinsics are not symbols
     directory.mkdir(parents=True, exist_ok=True)
-    _write(directory / f"{key}.o", data[0])
+    write_atomically(directory / f"{key}.o", data[0])
     meta = {"key": key, "symbol": cfunc.native_name, "externals": externals}
-    _write(directory / f"{key}.json", json.dumps(meta).encode())  # written last: marks completion
+    write_atomically(directory / f"{key}.json", json.dumps(meta).encode())  # written last: marks completion

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import write_atomically
 from . import kernel_cache
 from .ifconvert import if_convert
 from .ir import Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var, has_loops
@@ -316,19 +317,6 @@ def _threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
-def _write_atomically(path: Path, text: str):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".py")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 class Kernel:
     """A loaded kernel: ``call(r0, r1, inner, total, rows, *pointers)`` and where it came from."""
 
@@ -374,11 +362,11 @@ def _compile(source: str, key: str, directory: Path):
     path = directory / f"{key}.py"
     try:
         if not path.exists() or path.read_text() != source:
-            _write_atomically(path, source)
+            write_atomically(path, source)
     except OSError:
         directory = Path(tempfile.mkdtemp(prefix="minflux-kernels-"))
         path = directory / f"{key}.py"
-        _write_atomically(path, source)
+        write_atomically(path, source)
     spec = importlib.util.spec_from_file_location(key, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[key] = module

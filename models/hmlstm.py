@@ -146,7 +146,7 @@ class HMLSTM(mf.nn.Module):
                 hidden_steps[l].append(h)
                 h_below, z_below = h, z
             states = new_states
-            boundary_steps.append([mf.stop_gradient(s[2]) for s in states[:-1]])
+            boundary_steps.append([getattr(z, "value", z) for _, _, z in states[:-1]])
         logits = self.output([mf.stack(hs, axis=1) for hs in hidden_steps])
         new_state = [{"c": c, "h": h, "z": z} for c, h, z in states]
         return logits, new_state, self._boundaries(boundary_steps, tokens.shape)
@@ -155,8 +155,7 @@ class HMLSTM(mf.nn.Module):
         xp = mf.get_array_module(self.embed.W)
         if len(self.layers) == 1:
             return xp.zeros(tuple(shape) + (0,), self.embed.W.dtype)
-        values = [[getattr(z, "value", z) for z in step] for step in boundary_steps]
-        return xp.stack([xp.concatenate(step, axis=-1) for step in values], axis=1)
+        return xp.stack([xp.concatenate(step, axis=-1) for step in boundary_steps], axis=1)
 
 
 def annealed_slope(epoch: int, start: float = 1.0, rate: float = 0.04, limit: float = 5.0) -> float:

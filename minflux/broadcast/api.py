@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from ..autograd import active_tape
-from ..backend import get_array_module, is_cupy_array
+from ..backend import get_array_module
 from ..tensor import Tensor
 from .dual import DualFunction, differentiate
 from .errors import CompileError
@@ -23,7 +23,7 @@ from .frontend import Parsed, parse
 from .kinds import infer_kinds
 from .node import broadcast_node
 from .numpy_backend import ArrayOps, evaluate
-from .rules import TABLE, define
+from .rules import define
 
 __all__ = ["CompileError", "ElementwiseFunction", "ScalarRuleFunction", "broadcast", "elementwise",
            "get_elementwise_backend", "scalar_rule", "set_elementwise_backend"]

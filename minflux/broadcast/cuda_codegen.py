@@ -51,7 +51,7 @@ import struct
 from dataclasses import dataclass, field
 
 from .errors import CompileError
-from .ir import Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var
+from .ir import Assign, Break, Call, Const, Continue, Function, If, Loop, Return
 
 __all__ = ["CKernel", "HELPERS", "c_type", "generate", "supported_primitives"]
 
@@ -435,7 +435,6 @@ def _typed_subroutines(fn: Function, float_type: str, fast_math: bool, prefix: s
     from .kinds import infer_kinds
 
     names: dict = {}
-    sources: list = []
     pending = dict(fn.subroutines)
     done: set = set()
     while pending:

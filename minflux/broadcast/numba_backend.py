@@ -38,7 +38,7 @@ import numpy as np
 from ..files import write_atomically
 from . import kernel_cache
 from .ifconvert import if_convert
-from .ir import Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var, has_loops
+from .ir import Assign, Break, Call, Continue, Function, If, Loop, Return, Var, has_loops
 
 BRANCHES = os.environ.get("MINFLUX_NUMBA_BRANCHES", "auto")  # "auto" | "select" | "real"
 PARALLEL_MIN_ELEMENTS = 1 << 16
@@ -166,7 +166,7 @@ class _Printer:
 
     def function(self, name: str) -> list:
         fn = self.fn
-        out = [f"@njit(inline='always', error_model='numpy')",
+        out = ["@njit(inline='always', error_model='numpy')",
                f"def {name}({', '.join(fn.params)}):"]
         zero = {"f": "_F(0.0)", "i": "_I(0)", "b": "False"}
         params = set(fn.params)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ir import Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var, assigned_names
+from .ir import Assign, Break, Call, Const, Continue, Function, If, Loop, Return, assigned_names
 from .rules import TABLE
 
 

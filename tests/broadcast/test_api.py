@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 import minflux as mf
-from minflux.broadcast import api
 from minflux.testing import check_grad
 
 

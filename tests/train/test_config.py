@@ -1,6 +1,5 @@
 """TOML configs: shipped files, paper hyperparameters, errors that name key and file, overrides."""
 import tomllib
-from pathlib import Path
 
 import pytest
 

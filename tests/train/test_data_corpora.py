@@ -1,5 +1,4 @@
 """Corpus loaders on small files written in each real format, and the missing-file errors."""
-import shutil
 import zipfile
 from pathlib import Path
 

@@ -9,7 +9,7 @@ import pytest
 import minflux as mf
 from train.__main__ import main
 from train.config import load_config
-from train.loop import Trainer, TrainingDiverged, train
+from train.loop import Trainer, train
 from train.runs import RunDir
 
 def parameters(model):

@@ -9,8 +9,8 @@ import train.plot
 from train.__main__ import main as train_main
 from train.boundaries import main as boundaries_main, render_terminal
 from train.evaluate import evaluate_tokens, main as evaluate_main
-from train.sample import generate, main as sample_main, pick
-from train.data import StreamBatcher, Vocabulary
+from train.sample import main as sample_main, pick
+from train.data import StreamBatcher
 
 
 @pytest.fixture

@@ -84,7 +84,7 @@ def hand_written(z, zb):
     """A parallel numba loop: value and the four gradients of sum(value) in one pass."""
     from numba import njit, prange
 
-    from minflux.broadcast.fastmath import sigmoid_f32, tanh_f32
+    from minflux.compiler.fastmath import sigmoid_f32, tanh_f32
     one, zero = np.float32(1.0), np.float32(0.0)
 
     @njit(parallel=True, error_model="numpy")

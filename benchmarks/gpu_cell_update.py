@@ -71,13 +71,11 @@ def minflux_gradient(arrays, mode: str):
 
 def minflux_kernel(arrays):
     """The fused kernel alone: value and four partials, as the tape's broadcast node receives them."""
-    from minflux.broadcast import api, cuda_backend
+    from minflux.compiler.compiled import compiled
 
-    entry = api._entry(cell_update.fn)
     kinds = ("f",) * 6
-    dual = entry.dual_for(kinds, (2, 3, 4, 5))
     shape = arrays[2].shape
-    return lambda: cuda_backend.run(dual, arrays, kinds, np.dtype(np.float32), shape)
+    return lambda: compiled(cell_update.fn).run(arrays, kinds, np.dtype(np.float32), (2, 3, 4, 5), shape)
 
 
 def cupy_setup(host):

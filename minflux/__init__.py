@@ -4,45 +4,43 @@
 >>> mf.gradient(lambda x: mf.sum(x * x), np.array([1.0, 2.0]))
 (array([2., 4.]),)
 """
-from .tensor import Tensor  # first: the op modules it binds import the tape, which needs Tensor
-from . import tree
+from . import nn, optim, tree
+from ._operators import install as _install_operators
+from ._version import __version__
 from .autograd import gradient, no_grad, stop_gradient, withgradient
 from .backend import (DeviceError, default_dtype, get_array_module, gpu_available, is_array,
-                      set_default_dtype, to_device, to_numpy)
-from .broadcast.node import sum_to
-from .elementwise import (abs, add, clip, cos, divide, equal, exp, expm1, floor, floor_divide, greater,
-                          greater_equal, less, less_equal, log, log1p, logical_and, logical_not,
-                          logical_or, maximum, minimum, mod, multiply, negative, not_equal, power,
-                          relu, sigmoid, sign, sin, softplus, sqrt, subtract, tanh, where)
+                      set_default_dtype, to_numpy)
+from .compiler.compiled import get_elementwise_backend, set_elementwise_backend
+from .compiler.errors import CompileError
+from .device import to_device
+from .io import load, save
 from .ops import (broadcast_to, concatenate, cross_entropy, expand_dims, getitem, log_softmax, logsumexp,
                   matmul, max, mean, min, reshape, softmax, split, squeeze, stack, sum, swapaxes, take,
                   transpose, unstack)
+from .ops.broadcasting import sum_to
+from .pointwise.functions import broadcast, elementwise, scalar_rule
+from .pointwise.primitives import (abs, acos, acosh, add, asin, asinh, atan, atan2, atanh, ceil, clip, cos,
+                                   cosh, divide, equal, exp, expm1, floor, floor_divide, greater,
+                                   greater_equal, hypot, less, less_equal, log, log1p, log2, log10,
+                                   logical_and, logical_not, logical_or, maximum, minimum, mod, multiply,
+                                   negative, not_equal, power, relu, sigmoid, sign, sin, sinh, softplus,
+                                   sqrt, subtract, tan, tanh, trunc, where)
+from .tensor import Tensor
+from .transfer_guard import HostTransferError, no_host_transfers
 
-__version__ = "0.1.0"
+_install_operators(Tensor)
 
 __all__ = [
-    "DeviceError", "Tensor", "abs", "add", "clip", "cos", "default_dtype", "divide", "equal", "exp",
-    "expm1", "floor", "floor_divide", "get_array_module", "getitem", "gpu_available", "gradient",
-    "greater", "greater_equal", "is_array", "less", "less_equal", "log", "log1p", "logical_and",
-    "logical_not", "logical_or", "matmul", "maximum", "mean", "minimum", "mod", "multiply",
-    "negative", "no_grad", "not_equal", "power", "relu", "reshape", "set_default_dtype", "sigmoid",
-    "sign", "sin", "softplus", "sqrt", "stop_gradient", "subtract", "sum", "sum_to", "tanh",
-    "to_device", "to_numpy", "transpose", "tree", "where", "withgradient",
+    "CompileError", "DeviceError", "HostTransferError", "Tensor", "__version__", "abs", "acos", "acosh",
+    "add", "asin", "asinh", "atan", "atan2", "atanh", "broadcast", "broadcast_to", "ceil", "clip",
+    "concatenate", "cos", "cosh", "cross_entropy", "default_dtype", "divide", "elementwise", "equal",
+    "exp", "expand_dims", "expm1", "floor", "floor_divide", "get_array_module",
+    "get_elementwise_backend", "getitem", "gpu_available", "gradient", "greater", "greater_equal",
+    "hypot", "is_array", "less", "less_equal", "load", "log", "log10", "log1p", "log2", "log_softmax",
+    "logical_and", "logical_not", "logical_or", "logsumexp", "matmul", "max", "maximum", "mean", "min",
+    "minimum", "mod", "multiply", "negative", "nn", "no_grad", "no_host_transfers", "not_equal", "optim",
+    "power", "relu", "reshape", "save", "scalar_rule", "set_default_dtype", "set_elementwise_backend",
+    "sigmoid", "sign", "sin", "sinh", "softmax", "softplus", "split", "sqrt", "squeeze", "stack",
+    "stop_gradient", "subtract", "sum", "sum_to", "swapaxes", "take", "tan", "tanh", "to_device",
+    "to_numpy", "transpose", "tree", "trunc", "unstack", "where", "withgradient",
 ]
-__all__ += ["broadcast_to", "concatenate", "cross_entropy", "expand_dims", "log_softmax", "logsumexp",
-            "max", "min", "softmax", "split", "squeeze", "stack", "swapaxes", "take", "unstack"]
-
-from .broadcast.api import (CompileError, broadcast, elementwise, get_elementwise_backend,  # noqa: E402
-                            scalar_rule, set_elementwise_backend)
-
-__all__ += ["CompileError", "broadcast", "elementwise", "get_elementwise_backend", "scalar_rule",
-            "set_elementwise_backend"]
-
-from . import nn, optim  # noqa: E402  (layers and optimisers build on everything above)
-from .io import load, save  # noqa: E402
-
-__all__ += ["load", "nn", "optim", "save"]
-
-from .transfer_guard import HostTransferError, no_host_transfers  # noqa: E402
-
-__all__ += ["HostTransferError", "no_host_transfers"]

@@ -107,19 +107,6 @@ def stop_gradient(x):
     return Tensor(x.value) if isinstance(x, Tensor) else x
 
 
-def tracked_mask(args: Sequence[Any], tape: Tape | None = None) -> tuple[bool, ...]:
-    """For each argument, whether it is a Tensor tracked on the active tape.
-
-    >>> import numpy as np
-    >>> tracked_mask([np.ones(1), 2.0])
-    (False, False)
-    """
-    tape = active_tape() if tape is None else tape
-    if tape is None:
-        return (False,) * len(args)
-    return tuple(isinstance(a, Tensor) and a._tape is tape for a in args)
-
-
 def _untracked(value, args):
     for a in args:
         if isinstance(a, Tensor):
@@ -221,9 +208,9 @@ class _Gradients:
             self.owned.add(slot)
         elif prev is None:
             by_slot[slot] = g
-        elif slot in self.owned:
+        elif slot in self.owned and getattr(prev, "ndim", 0):
             prev += g
-        else:
+        else:  # a 0-d sum is a numpy scalar, so it is stored, not updated in place
             by_slot[slot] = prev + g
             self.owned.add(slot)
 
@@ -342,16 +329,18 @@ def withgradient(f: Callable, *args):
     (5.0, array([2., 4.]))
     """
     tape = Tape()
-    memo: dict = {}
+    wrapped_leaves: dict[int, tuple] = {}  # id(leaf) -> (leaf, its Tensor): the leaf pins the id
 
     def wrap(leaf):
         value = leaf.value if isinstance(leaf, Tensor) else leaf
         if not _is_float(value):
             return value
-        return Tensor(value, tape, tape.new_slot())
+        tracked = Tensor(value, tape, tape.new_slot())
+        wrapped_leaves[id(leaf)] = (leaf, tracked)
+        return tracked
 
     with np.errstate(all="ignore"), _recording(tape):
-        targs = [map_arrays(wrap, a, trainable_only=True, _memo=memo) for a in args]
+        targs = map_arrays(wrap, tuple(args), trainable_only=True)  # one walk: tied arrays map once
         out = f(*targs)
     loss, whole = _split_output(out)
     if not isinstance(loss, Tensor) and not is_array(loss) and not isinstance(loss, (int, float, np.number)):
@@ -369,10 +358,10 @@ def withgradient(f: Callable, *args):
     handed_out: set[int] = set()
 
     def grad_of(leaf):
-        entry = memo.get(id(leaf))
-        wrapped = entry[1] if entry is not None else None
-        if not (isinstance(wrapped, Tensor) and wrapped._tape is tape):
+        entry = wrapped_leaves.get(id(leaf))
+        if entry is None:
             return None
+        wrapped = entry[1]
         g = by_slot.get(wrapped._slot)
         if g is None:
             return None

@@ -1,13 +1,11 @@
 """Array backends: numpy on the CPU, CuPy on NVIDIA GPUs, chosen by the arrays themselves."""
 from __future__ import annotations
 
-import logging
-import warnings
 from typing import Any
 
 import numpy as np
 
-log = logging.getLogger(__name__)
+from .tensor import unwrap
 
 try:  # CuPy is the optional `gpu` extra.
     import cupy as _cupy
@@ -15,6 +13,15 @@ except Exception:  # pragma: no cover - depends on the machine
     _cupy = None
 
 _DEFAULT_DTYPE = np.dtype(np.float32)
+
+
+def cupy_module():
+    """The CuPy module, or None when CuPy is not installed (or cannot be imported here).
+
+    >>> cupy_module() is None or cupy_module().__name__ == "cupy"
+    True
+    """
+    return _cupy
 
 
 class DeviceError(RuntimeError):
@@ -151,53 +158,6 @@ def _add_rows(buffer, index, values) -> None:
     buffer[rows[starts]] += np.add.reduceat(values[order], starts, axis=0)
 
 
-def resolve_device(device: str) -> str:
-    """Turn ``"cpu" | "gpu" | "auto"`` into ``"cpu"`` or ``"gpu"``; ``"gpu"`` without a GPU is an error.
-
-    >>> resolve_device("cpu")
-    'cpu'
-    """
-    if device not in ("cpu", "gpu", "auto"):
-        raise ValueError(f'device must be "cpu", "gpu" or "auto", got {device!r}')
-    if device == "cpu":
-        return "cpu"
-    if gpu_available():
-        return "gpu"
-    why = "CuPy is not installed (pip install 'minflux[gpu]')" if _cupy is None else "CuPy sees no CUDA device"
-    if device == "gpu":
-        raise DeviceError(f'device "gpu" was requested but {why}; use device "cpu" or "auto"')
-    warnings.warn(f'device "auto" falls back to the CPU: {why}', RuntimeWarning, stacklevel=3)
-    return "cpu"
-
-
-def move_array(x, device: str):
-    """Move one array to ``"cpu"`` or ``"gpu"`` (no copy when it is already there).
-
-    >>> import numpy as np
-    >>> move_array(np.ones(1), "cpu")
-    array([1.])
-    """
-    if device == "cpu":
-        return _cupy.asnumpy(x) if is_cupy_array(x) else x
-    return x if is_cupy_array(x) else _cupy.asarray(x)
-
-
-def to_device(tree: Any, device: str = "auto"):
-    """Move every array in ``tree`` (an array, model, optimiser state or batch) to a device.
-
-    ``device`` is ``"cpu"``, ``"gpu"`` or ``"auto"`` (GPU when available, else CPU with one warning).
-    Returns the moved tree; objects are shallow-copied, tied arrays stay tied.
-
-    >>> import minflux as mf, numpy as np
-    >>> mf.to_device({"W": np.ones(2)}, "cpu")["W"]
-    array([1., 1.])
-    """
-    from .tree import map_arrays
-
-    resolved = resolve_device(device)
-    return map_arrays(lambda a: move_array(a, resolved), tree, trainable_only=False)
-
-
 def to_numpy(x):
     """A numpy array holding ``x`` (an array, a Tensor, a CuPy array or a number).
 
@@ -205,7 +165,7 @@ def to_numpy(x):
     >>> mf.to_numpy(3.0)
     array(3.)
     """
-    x = getattr(x, "value", x)
+    x = unwrap(x)
     if is_cupy_array(x):
         return _cupy.asnumpy(x)
     return np.asarray(x)

@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from ._version import __version__
 from .backend import get_array_module, is_array, to_numpy
-from .tree import named_leaves
+from .tree import is_leaf, named_leaves
 
 FORMAT = "minflux-checkpoint"
 FORMAT_VERSION = 1
@@ -47,7 +48,7 @@ class CheckpointMismatch(CheckpointError):
 
 def _encode(value: Any, arrays: list, where: str) -> Any:
     """A JSON-able form of ``value``; arrays are appended to ``arrays`` and referenced by index."""
-    if is_array(value) or getattr(type(value), "_is_minflux_tensor", False):
+    if is_leaf(value):
         arrays.append(to_numpy(value))
         return {"__array__": len(arrays) - 1}
     if isinstance(value, np.random.Generator):
@@ -149,7 +150,6 @@ def save(path: str | os.PathLike, *, model: Any = None, opt_state: Any = None, *
         with h5py.File(tmp, "w") as f:
             f.attrs["format"] = FORMAT
             f.attrs["format_version"] = FORMAT_VERSION
-            from . import __version__
             f.attrs["minflux_version"] = __version__
             f.attrs["meta"] = meta_json
             if model is not None:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from .backend import is_array
+from .tensor import Tensor
 
 _STATIC = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType, type,
            str, bytes, int, float, complex, bool, type(None), np.ufunc, np.dtype, np.generic)
@@ -26,7 +27,7 @@ def is_leaf(x: Any) -> bool:
     >>> mf.tree.is_leaf(np.zeros(1)), mf.tree.is_leaf([np.zeros(1)])
     (True, False)
     """
-    return is_array(x) or getattr(type(x), "_is_minflux_tensor", False)
+    return is_array(x) or isinstance(x, Tensor)
 
 
 def children(x: Any, trainable_only: bool = False) -> list[tuple[Any, Any]] | None:
@@ -81,7 +82,7 @@ def rebuild(x: Any, new_children: dict) -> Any:
     return out
 
 
-def map_arrays(fn: Callable, tree: Any, trainable_only: bool = False, _memo: dict | None = None,
+def map_arrays(fn: Callable, tree: Any, trainable_only: bool = False,
                static: Callable | None = None) -> Any:
     """Rebuild ``tree`` with every leaf replaced by ``fn(leaf)``; a leaf seen twice maps once.
 
@@ -95,7 +96,7 @@ def map_arrays(fn: Callable, tree: Any, trainable_only: bool = False, _memo: dic
     >>> mf.tree.map_arrays(lambda a: a * 2, {"w": np.ones(2), "cfg": {"n": 3}}, static=lambda v: None)
     {'w': array([2., 2.]), 'cfg': None}
     """
-    return _map(fn, tree, trainable_only, {} if _memo is None else _memo, static)[0]
+    return _map(fn, tree, trainable_only, {}, static)[0]
 
 
 def _map(fn, tree, trainable_only, memo, static) -> tuple[Any, bool]:

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import minflux as mf
-from minflux.backend import DeviceError, resolve_device, scatter_add
+from minflux.backend import DeviceError, scatter_add
+from minflux.device import resolve_device
 
 
 def test_get_array_module_defaults_to_numpy():

@@ -225,7 +225,7 @@ def test_shape_mismatch_names_the_op_and_both_shapes():
 
 
 def test_wrong_number_of_arguments():
-    from minflux.elementwise import apply_primitive
+    from minflux.pointwise.primitives import apply_primitive
 
     with pytest.raises(TypeError, match="mf.tanh takes 1 arguments, got 2"):
         apply_primitive("tanh", 1.0, 2.0)

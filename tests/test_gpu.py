@@ -111,7 +111,7 @@ def test_untaken_branch_never_leaks_nan_on_the_gpu():
 
 
 def test_fast_math_kernels_stay_close_to_the_accurate_ones(rng):
-    from minflux.broadcast import cuda_backend
+    from minflux.compiler import cuda_backend
 
     args = on_gpu([(rng.random((64, 1)) < 0.5).astype(np.float32), (rng.random((64, 1)) < 0.5).astype(np.float32)]
                   + [rng.standard_normal((64, 64)).astype(np.float32) for _ in range(4)])
@@ -226,7 +226,7 @@ def test_checkpoints_go_through_the_host_and_load_back_onto_the_device(rng, tmp_
 
 
 def test_batches_and_the_device_setting():
-    from minflux.backend import resolve_device
+    from minflux.device import resolve_device
 
     x, y = on_gpu((np.arange(6).reshape(2, 3), np.ones(2)))
     assert isinstance(x, cupy.ndarray) and isinstance(y, cupy.ndarray)

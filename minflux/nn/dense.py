@@ -5,7 +5,7 @@ from typing import Callable
 
 import numpy as np
 
-import minflux as mf
+from ..ops import matmul
 
 from . import init as initialisers
 from ._rng import as_generator
@@ -43,7 +43,7 @@ class Dense(Module):
         if np.shape(getattr(x, "value", x))[-1:] != (n_in,):
             raise ValueError(f"{self._repr_head()} expects inputs whose last axis has length {n_in}, "
                              f"got shape {tuple(np.shape(getattr(x, 'value', x)))}")
-        y = mf.matmul(x, self.W)
+        y = matmul(x, self.W)
         if self.b is not None:
             y = y + self.b
         return y if self.activation is None else self.activation(y)

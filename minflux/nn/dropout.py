@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-import minflux as mf
-from minflux.autograd import active_tape
+from ..backend import get_array_module
+from ..autograd import active_tape
 
 from ._rng import as_generator
 from .module import Module
@@ -52,7 +52,7 @@ class Dropout(Module):
         if self.p == 0.0 or not self.is_active():
             return x
         value = getattr(x, "value", x)
-        xp = mf.get_array_module(value, op="Dropout")
+        xp = get_array_module(value, op="Dropout")
         return x * self.mask(value.shape, value.dtype, xp)
 
     def _repr_head(self) -> str:

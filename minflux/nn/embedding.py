@@ -5,7 +5,8 @@ from typing import Callable
 
 import numpy as np
 
-import minflux as mf
+from ..backend import get_array_module
+from ..ops import take
 
 from . import init as initialisers
 from ._rng import as_generator
@@ -31,7 +32,7 @@ class Embedding(Module):
 
     def __call__(self, ids):
         ids = getattr(ids, "value", ids)
-        xp = mf.get_array_module(ids, self.W, op="Embedding")
+        xp = get_array_module(ids, self.W, op="Embedding")
         ids = xp.asarray(ids)
         if ids.dtype.kind not in "iu":
             raise TypeError(f"{self._repr_head()} takes integer ids, got dtype {ids.dtype}; convert "
@@ -40,7 +41,7 @@ class Embedding(Module):
         if xp is np and ids.size and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
             bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
             raise IndexError(f"{self._repr_head()} got id {bad}, outside [0, {vocab})")
-        return mf.take(self.W, ids, axis=0)
+        return take(self.W, ids, axis=0)
 
     def _repr_head(self) -> str:
         return f"Embedding({self.W.shape[0]} => {self.W.shape[1]})"

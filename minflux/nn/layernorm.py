@@ -1,16 +1,18 @@
 """LayerNorm: normalise the last axis to zero mean and unit variance, then scale and shift."""
 from __future__ import annotations
 
-import minflux as mf
+from ..ops import mean
+from ..pointwise.functions import elementwise
+from ..pointwise.primitives import sqrt
 
 from . import init as initialisers
 from .module import Module
 
 
-@mf.elementwise
+@elementwise
 def normalise_affine(centred, var, eps, scale, shift):
     """``centred / sqrt(var + eps) * scale + shift`` for one element."""
-    return centred / mf.sqrt(var + eps) * scale + shift
+    return centred / sqrt(var + eps) * scale + shift
 
 
 class LayerNorm(Module):
@@ -33,9 +35,8 @@ class LayerNorm(Module):
         self.dim = dim
 
     def __call__(self, x):
-        mean = mf.mean(x, axis=-1, keepdims=True)
-        centred = x - mean
-        var = mf.mean(centred * centred, axis=-1, keepdims=True)
+        centred = x - mean(x, axis=-1, keepdims=True)
+        var = mean(centred * centred, axis=-1, keepdims=True)
         if self.scale is None:
             return normalise_affine(centred, var, self.eps, 1.0, 0.0)
         return normalise_affine(centred, var, self.eps, self.scale, self.shift)

@@ -5,18 +5,21 @@ from typing import Callable
 
 import numpy as np
 
-import minflux as mf
+from ..backend import get_array_module
+from ..ops import matmul, split
+from ..pointwise.functions import elementwise
+from ..pointwise.primitives import sigmoid, tanh
 
 from . import init as initialisers
 from ._rng import as_generator
 from .module import Module
 
 
-@mf.elementwise
+@elementwise
 def lstm_update(a_i, a_f, a_g, a_o, c):
     """The LSTM cell update from the gate pre-activations: returns ``(h_new, c_new)``."""
-    c_new = mf.sigmoid(a_f) * c + mf.sigmoid(a_i) * mf.tanh(a_g)
-    h_new = mf.sigmoid(a_o) * mf.tanh(c_new)
+    c_new = sigmoid(a_f) * c + sigmoid(a_i) * tanh(a_g)
+    h_new = sigmoid(a_o) * tanh(c_new)
     return h_new, c_new
 
 
@@ -50,7 +53,7 @@ class LSTMCell(Module):
     def initial_state(self, batch_shape: tuple | int = ()) -> tuple:
         """Zero ``(h, c)`` of shape ``batch_shape + (hidden,)`` on the weights' device and dtype."""
         batch_shape = (batch_shape,) if isinstance(batch_shape, int) else tuple(batch_shape)
-        xp = mf.get_array_module(self.Wx)
+        xp = get_array_module(self.Wx)
         dtype = self.Wx.dtype
         shape = batch_shape + (self.hidden,)
         return xp.zeros(shape, dtype=dtype), xp.zeros(shape, dtype=dtype)
@@ -64,8 +67,8 @@ class LSTMCell(Module):
         if state is None:
             state = self.initial_state(shape[:-1])
         h, c = state
-        pre = mf.matmul(x, self.Wx) + mf.matmul(h, self.Wh) + self.b
-        a_i, a_f, a_g, a_o = mf.split(pre, 4, axis=-1)
+        pre = matmul(x, self.Wx) + matmul(h, self.Wh) + self.b
+        a_i, a_f, a_g, a_o = split(pre, 4, axis=-1)
         h_new, c_new = lstm_update(a_i, a_f, a_g, a_o, c)
         return h_new, (h_new, c_new)
 

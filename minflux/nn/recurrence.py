@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import minflux as mf
+from ..ops import unstack
 
 from .module import Module
 
@@ -12,7 +12,7 @@ def time_steps(xs) -> list:
     """The steps of a sequence: a list or tuple as it is, an array or Tensor unstacked along axis 0."""
     if isinstance(xs, (list, tuple)):
         return list(xs)
-    return mf.unstack(xs, axis=0)
+    return unstack(xs, axis=0)
 
 
 class Recurrence(Module):

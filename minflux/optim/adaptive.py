@@ -3,40 +3,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import minflux as mf
+from ..pointwise.functions import elementwise
+from ..pointwise.primitives import sqrt
 
 from .rule import AccumulatorRule, Rule, xp_of
 
 
-@mf.elementwise
+@elementwise
 def rmsprop_step(g, acc, lr, rho, eps):
     """``acc' = rho * acc + (1 - rho) * g^2``; step ``lr * g / (sqrt(acc') + eps)``."""
     acc_new = rho * acc + (1.0 - rho) * g * g
-    return lr * g / (mf.sqrt(acc_new) + eps), acc_new
+    return lr * g / (sqrt(acc_new) + eps), acc_new
 
 
-@mf.elementwise
+@elementwise
 def adagrad_step(g, acc, lr, eps):
     """``acc' = acc + g^2``; step ``lr * g / (sqrt(acc') + eps)``."""
     acc_new = acc + g * g
-    return lr * g / (mf.sqrt(acc_new) + eps), acc_new
+    return lr * g / (sqrt(acc_new) + eps), acc_new
 
 
-@mf.elementwise
+@elementwise
 def adam_step(g, m, v, lr, beta1, beta2, eps, correction1, correction2):
     """Adam's moments and step; ``correction_k = 1 - beta_k ** t`` removes the zero-start bias."""
     m_new = beta1 * m + (1.0 - beta1) * g
     v_new = beta2 * v + (1.0 - beta2) * g * g
-    step = lr * (m_new / correction1) / (mf.sqrt(v_new / correction2) + eps)
+    step = lr * (m_new / correction1) / (sqrt(v_new / correction2) + eps)
     return step, m_new, v_new
 
 
-@mf.elementwise
+@elementwise
 def adamw_step(g, x, m, v, lr, beta1, beta2, eps, correction1, correction2, decay):
     """Adam's step plus decoupled weight decay ``lr * decay * x``."""
     m_new = beta1 * m + (1.0 - beta1) * g
     v_new = beta2 * v + (1.0 - beta2) * g * g
-    step = lr * ((m_new / correction1) / (mf.sqrt(v_new / correction2) + eps) + decay * x)
+    step = lr * ((m_new / correction1) / (sqrt(v_new / correction2) + eps) + decay * x)
     return step, m_new, v_new
 
 

@@ -3,24 +3,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import minflux as mf
+from ..pointwise.functions import elementwise
 
 from .rule import AccumulatorRule, Rule
 
 
-@mf.elementwise
+@elementwise
 def descent_delta(g, lr):
     """The descent step ``lr * g``."""
     return lr * g
 
 
-@mf.elementwise
+@elementwise
 def momentum_step(g, v, lr, rho):
     """Heavy-ball velocity ``v' = rho * v + lr * g``; the step is ``v'``."""
     return rho * v + lr * g
 
 
-@mf.elementwise
+@elementwise
 def nesterov_step(g, v, lr, rho):
     """Nesterov momentum: ``v' = rho * v + lr * g``, step ``rho * v' + lr * g``; returns (step, v')."""
     v_new = rho * v + lr * g

@@ -7,19 +7,20 @@ from typing import Any
 
 import numpy as np
 
-import minflux as mf
-from minflux.tree import map_arrays, named_leaves
+from ..pointwise.functions import elementwise
+from ..pointwise.primitives import clip
+from ..tree import map_arrays, named_leaves
 
 from .rule import GlobalRule, Rule, xp_of
 
 
-@mf.elementwise
+@elementwise
 def clip_value(g, limit):
     """``g`` clamped to ``[-limit, limit]``."""
-    return mf.clip(g, -limit, limit)
+    return clip(g, -limit, limit)
 
 
-@mf.elementwise
+@elementwise
 def scale_by(g, factor):
     """``g * factor``."""
     return g * factor

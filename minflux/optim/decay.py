@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import minflux as mf
+from ..pointwise.functions import elementwise
 
 from .rule import Rule
 
 
-@mf.elementwise
+@elementwise
 def weight_decay_grad(g, x, decay):
     """``g + decay * x``."""
     return g + decay * x

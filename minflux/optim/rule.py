@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import minflux as mf
+from ..backend import get_array_module
 
 __all__ = ["AccumulatorRule", "GlobalRule", "OptimiserChain", "Rule", "chain", "hyperparameters"]
 
@@ -130,4 +130,4 @@ def hyperparameters(rule: Rule) -> dict:
 
 def xp_of(*arrays):
     """The array module of a rule's arrays (numpy or CuPy)."""
-    return mf.get_array_module(*arrays, op="an optimiser update")
+    return get_array_module(*arrays, op="an optimiser update")

@@ -1,0 +1,87 @@
+"""Tensor's operators, conversions and array methods, installed once by the package's ``__init__``.
+
+`minflux.tensor` defines the data type alone and imports nothing else of minflux; the ops Tensor's
+operators call live above it, so they are assigned here (the pattern of Chainer's
+``install_variable_arithmetics``).
+
+>>> import minflux as mf, numpy as np
+>>> t = mf.Tensor(np.array([1.0, -2.0]))
+>>> (abs(t) @ t).value, np.asarray(t * 2)
+(np.float64(-3.0), array([ 2., -4.]))
+"""
+from __future__ import annotations
+
+from .backend import to_numpy
+from .ops import getitem, matmul, max, mean, min, reshape, sum, transpose, unstack
+from .pointwise import primitives as pw
+
+
+def _binary(op):
+    return lambda self, other: op(self, other), lambda self, other: op(other, self)
+
+
+def _array(self, dtype=None, copy=None):
+    out = to_numpy(self.value)
+    return out if dtype is None else out.astype(dtype, copy=False)
+
+
+def _numpy(self):
+    """The value as a numpy array (copied from the GPU when needed)."""
+    return _array(self)
+
+
+def _iter(self):
+    """Iterate over the first axis through one `mf.unstack` node (not one slice node per item)."""
+    if self.ndim == 0:
+        raise TypeError("iteration over a 0-d Tensor")
+    return iter(unstack(self))
+
+
+def _transposed(self):
+    """The transpose (all axes reversed)."""
+    return transpose(self)
+
+
+def _reshape(self, *shape):
+    """``mf.reshape(self, shape)``; accepts ``t.reshape(2, 3)`` and ``t.reshape((2, 3))``."""
+    return reshape(self, shape[0] if len(shape) == 1 else shape)
+
+
+def _transpose(self, *axes):
+    """``mf.transpose(self, axes)``; accepts ``t.transpose(1, 0)`` and ``t.transpose((1, 0))``."""
+    return transpose(self, (axes[0] if len(axes) == 1 else axes) if axes else None)
+
+
+def _reduction(op):
+    def method(self, axis=None, keepdims=False):
+        return op(self, axis=axis, keepdims=keepdims)
+    method.__name__ = op.__name__
+    method.__doc__ = f"``mf.{op.__name__}(self, axis, keepdims)``."
+    return method
+
+
+def install(tensor_type: type) -> None:
+    """Give ``tensor_type`` its operators (elementwise table ops and structural ops) and methods."""
+    pairs = {"add": pw.add, "sub": pw.subtract, "mul": pw.multiply, "truediv": pw.divide,
+             "floordiv": pw.floor_divide, "mod": pw.mod, "pow": pw.power, "matmul": matmul}
+    for name, op in pairs.items():
+        forward, reflected = _binary(op)
+        setattr(tensor_type, f"__{name}__", forward)
+        setattr(tensor_type, f"__r{name}__", reflected)
+    comparisons = {"lt": pw.less, "le": pw.less_equal, "gt": pw.greater, "ge": pw.greater_equal,
+                   "eq": pw.equal, "ne": pw.not_equal}
+    for name, op in comparisons.items():
+        setattr(tensor_type, f"__{name}__", _binary(op)[0])
+    tensor_type.__hash__ = object.__hash__
+    tensor_type.__neg__ = lambda self: pw.negative(self)
+    tensor_type.__pos__ = lambda self: self
+    tensor_type.__abs__ = lambda self: pw.abs(self)
+    tensor_type.__getitem__ = lambda self, index: getitem(self, index)
+    tensor_type.__iter__ = _iter
+    tensor_type.__array__ = _array
+    tensor_type.numpy = _numpy
+    tensor_type.T = property(_transposed)
+    tensor_type.reshape = _reshape
+    tensor_type.transpose = _transpose
+    for op in (sum, mean, max, min):
+        setattr(tensor_type, op.__name__, _reduction(op))

@@ -1,0 +1,168 @@
+"""Compiled kernels on disk as machine code that a new process loads without starting numba.
+
+Numba's own cache needs numba's compiler target, whose start-up (about half a second) dominated the
+first call of a process. A kernel here is a C-callable function (a numba ``cfunc`` on raw pointers),
+so its object code can be saved next to its generated source and linked back into the process by
+LLVM's JIT linker alone (llvmlite, a few milliseconds). The few numba runtime helpers the object
+refers to for its error paths are provided by `_STUBS`; a kernel that refers to any other symbol the
+process cannot resolve is not loaded this way (the caller compiles it with numba instead).
+
+The cache key includes the numba, llvmlite, minflux and Python versions and the host CPU, so object
+code is never loaded into a process or machine it was not made for.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import sys
+import threading
+from importlib.metadata import version
+from pathlib import Path
+
+from .._version import __version__
+from ..files import write_atomically
+
+_STUBS = r"""
+declare i32 @PyGILState_Ensure()
+declare void @PyGILState_Release(i32)
+
+define void @numba_gil_ensure(i32* %state) {
+  %s = call i32 @PyGILState_Ensure()
+  store i32 %s, i32* %state
+  ret void
+}
+
+define void @numba_gil_release(i32* %state) {
+  %s = load i32, i32* %state
+  call void @PyGILState_Release(i32 %s)
+  ret void
+}
+
+define void @NRT_MemInfo_call_dtor(i8* %meminfo) {
+  ret void
+}
+"""
+_STUB_NAMES = {"numba_gil_ensure", "numba_gil_release", "NRT_MemInfo_call_dtor"}
+
+_lock = threading.Lock()
+_engine = None
+_llvm = None
+
+
+def _versions() -> str:
+    return (f"minflux {__version__} numba {version('numba')} llvmlite {version('llvmlite')} "
+            f"python {sys.version_info[:2]}")
+
+
+def _binding():
+    global _llvm
+    if _llvm is None:
+        import llvmlite.binding as llvm
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        _llvm = llvm
+    return _llvm
+
+
+def host_tag() -> str:
+    """The host CPU and its features, as LLVM names them."""
+    llvm = _binding()
+    return f"{llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}"
+
+
+def cache_key(source: str) -> str:
+    """The file stem of a kernel: a hash of its source, the versions and the host."""
+    text = f"{_versions()}\n{host_tag()}\n{source}"
+    return "minflux_kernel_" + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def prototype(n_pointers: int):
+    """The ctypes type of a kernel: five int64 (r0, r1, inner, total, rows) and the array pointers.
+
+    ctypes releases the GIL while the kernel runs, so threads run kernels in parallel.
+    """
+    return ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 5 + [ctypes.c_void_p] * n_pointers))
+
+
+def _get_engine():
+    global _engine
+    if _engine is None:
+        llvm = _binding()
+        target = llvm.Target.from_default_triple()
+        machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                               features=llvm.get_host_cpu_features().flatten(),
+                                               codemodel="jitdefault")
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
+        stubs = llvm.parse_assembly(_STUBS)
+        stubs.triple = llvm.get_process_triple()
+        engine.add_module(stubs)
+        engine.finalize_object()
+        for name in _STUB_NAMES:
+            llvm.add_symbol(name, engine.get_function_address(name))
+        _engine = engine
+    return _engine
+
+
+def _resolvable(name: str) -> bool:
+    """True when the JIT linker can find ``name``: a stub, or a symbol of this process (libpython,
+    libm, ...) which is then registered with LLVM by its address."""
+    llvm = _binding()
+    if name in _STUB_NAMES or llvm.address_of_symbol(name):
+        return True
+    try:
+        address = ctypes.cast(getattr(_process(), name), ctypes.c_void_p).value
+    except AttributeError:
+        return False
+    if not address:
+        return False
+    llvm.add_symbol(name, address)
+    return True
+
+
+_process_handle = None
+
+
+def _process():
+    global _process_handle
+    if _process_handle is None:
+        _process_handle = ctypes.PyDLL(None)   # the running process's own symbol table
+    return _process_handle
+
+
+def load(directory: Path, key: str, n_pointers: int):
+    """The kernel saved under ``key`` as a ctypes function, or None when it is absent or unusable."""
+    meta_path, object_path = directory / f"{key}.json", directory / f"{key}.o"
+    try:
+        meta = json.loads(meta_path.read_text())
+        code = object_path.read_bytes()
+    except (OSError, ValueError):
+        return None
+    if meta.get("key") != key or not all(_resolvable(s) for s in meta.get("externals", ())):
+        return None
+    llvm = _binding()
+    with _lock:
+        engine = _get_engine()
+        engine.add_object_file(llvm.ObjectFileRef.from_data(code))
+        engine.finalize_object()
+        address = engine.get_function_address(meta["symbol"])
+    if not address:
+        return None
+    return prototype(n_pointers)(address)
+
+
+def save(directory: Path, key: str, cfunc) -> None:
+    """Save a compiled numba ``cfunc``'s object code and what it needs to be linked again."""
+    library = cfunc._library
+    try:
+        _, kind, data = library.serialize_using_object_code()
+    except (ValueError, RuntimeError):
+        return
+    module = library._final_module
+    declared = {f.name for f in module.functions if f.is_declaration} | \
+        {g.name for g in module.global_variables if g.is_declaration}
+    externals = sorted(n for n in declared if not n.startswith("llvm."))  # intrinsics are not symbols
+    directory.mkdir(parents=True, exist_ok=True)
+    write_atomically(directory / f"{key}.o", data[0])
+    meta = {"key": key, "symbol": cfunc.native_name, "externals": externals}
+    write_atomically(directory / f"{key}.json", json.dumps(meta).encode())  # written last: marks completion

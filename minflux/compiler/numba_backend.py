@@ -1,0 +1,436 @@
+"""The CPU backend: IR -> Python source of a scalar kernel -> numba machine code, cached on disk.
+
+Each transformed function becomes a generated module with
+
+* ``_body(...)``: the scalar function on one element (inlined into the loop). A loop-free
+  function is first if-converted (`minflux.compiler.ifconvert`), so the element loop is
+  straight-line code with selects that LLVM vectorises; a function with ``while``/``for`` loops
+  keeps real branches and loops. In float32 kernels exp, log, tanh, sigmoid, log1p, expm1 and
+  softplus are the vectorisable implementations of `minflux.compiler.fastmath`.
+* ``kernel(r0, r1, inner, total, rows, inputs..., outputs...)``: a C-callable function (a numba
+  ``cfunc`` on raw pointers) looping over rows ``r0:r1`` of a ``(rows, inner)`` view of the
+  broadcast shape. Each input is passed in its smallest form: a full contiguous array (sliced per
+  row), a per-row vector (an ``(n, 1)`` control input is never materialised), a per-column vector,
+  or a single value. Outputs are preallocated contiguous arrays; one pass over memory writes every
+  output and every partial. Calls through ctypes release the GIL, and large calls split their rows
+  over a thread pool.
+
+Kernels are cached in memory and on disk under `cache_dir()` (``MINFLUX_CACHE_DIR`` overrides it):
+the file name is a hash of the generated source -- which spells out the transformed IR, so the
+scalar function's source, constants, input kinds and dtypes and the differentiable-input mask --,
+the input layouts, the minflux/numba/llvmlite/Python versions and the host CPU. Next to the source
+lies the kernel's object code (`minflux.compiler.kernel_cache`), which a second process links back
+in milliseconds without starting numba.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import sys
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from ..files import write_atomically
+from . import kernel_cache
+from .dtypes import kind_dtype
+from .ifconvert import if_convert
+from .ir import Assign, Break, Call, Continue, Function, If, Loop, Return, Var, has_loops
+
+BRANCHES = os.environ.get("MINFLUX_NUMBA_BRANCHES", "auto")  # "auto" | "select" | "real"
+PARALLEL_MIN_ELEMENTS = 1 << 16
+_FLAT_BLOCK = 1 << 14
+
+_FAST32 = {"exp": "exp_f32", "log": "log_f32", "tanh": "tanh_f32", "sigmoid": "sigmoid_f32",
+           "log1p": "log1p_f32", "expm1": "expm1_f32", "softplus": "softplus_f32"}
+_LIBM64 = {"exp": "math.exp({0})", "log": "_log64({0})", "tanh": "math.tanh({0})",
+           "sigmoid": "_sigmoid64({0})", "log1p": "_log1p64({0})", "expm1": "math.expm1({0})",
+           "softplus": "_softplus64({0})"}
+_TEMPLATES = {
+    "add": "({0} + {1})", "subtract": "({0} - {1})", "multiply": "({0} * {1})",
+    "divide": "({0} / {1})", "floor_divide": "({0} // {1})", "mod": "({0} % {1})",
+    "power": "_F({0} ** {1})", "negative": "(-{0})", "abs": "abs({0})", "sign": "np.sign({0})",
+    "floor": "np.floor({0})", "ceil": "np.ceil({0})", "trunc": "np.trunc({0})",
+    "maximum": "_max({0}, {1})", "minimum": "_min({0}, {1})",
+    "clip": "_min(_max({0}, {1}), {2})", "sqrt": "np.sqrt({0})", "relu": "_max({0}, _F(0.0))",
+    "where": "({1} if {0} else {2})", "less": "({0} < {1})", "less_equal": "({0} <= {1})",
+    "greater": "({0} > {1})", "greater_equal": "({0} >= {1})", "equal": "({0} == {1})",
+    "not_equal": "({0} != {1})", "logical_and": "({0} & {1})", "logical_or": "({0} | {1})",
+    "logical_not": "(not {0})", "float": "_F({0})", "int": "_I({0})",
+}
+_MATH_UNARY = {"sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+               "atanh", "log2", "log10"}
+_MATH_BINARY = {"atan2", "hypot"}
+
+_HEADER = '''"""A minflux elementwise kernel, generated from the scalar function {name}. Do not edit."""
+import math
+import numpy as np
+from numba import carray, cfunc, njit, types
+from minflux.compiler.fastmath import (exp_f32, log_f32, tanh_f32, sigmoid_f32, log1p_f32,
+                                        expm1_f32, softplus_f32)
+from minflux.compiler.numba_runtime import (_max, _min, _log64, _log1p64, _sigmoid64,
+                                             _softplus64)
+
+_F = np.{float_type}
+_I = np.int64
+'''
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels live: ``$MINFLUX_CACHE_DIR``, else the user cache dir + ``/minflux``.
+
+    >>> str(cache_dir()).endswith("minflux") or "MINFLUX_CACHE_DIR" in __import__("os").environ
+    True
+    """
+    env = os.environ.get("MINFLUX_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "minflux"
+
+
+# -- source generation ---------------------------------------------------------------------------
+
+class _Printer:
+    def __init__(self, fn: Function, float_type: str, sub_names: dict, scalar_return: bool = False):
+        self.fn = fn
+        self.scalar_return = scalar_return   # a subroutine returns its one value, not a tuple
+        self.f32 = float_type == "float32"
+        self.sub_names = sub_names
+        self.lines: list = []
+
+    def atom(self, a) -> str:
+        if isinstance(a, Var):
+            return a.name
+        v = a.value
+        if isinstance(v, bool):
+            return repr(v)
+        if isinstance(v, int):
+            return f"_I({v})"
+        if math.isnan(v):
+            return "_F(np.nan)"
+        if math.isinf(v):
+            return "_F(np.inf)" if v > 0 else "_F(-np.inf)"
+        return f"_F({v!r})"
+
+    def call(self, c: Call) -> str:
+        args = [self.atom(a) for a in c.args]
+        op = c.op
+        if op in self.sub_names:
+            return f"{self.sub_names[op]}({', '.join(args)})"
+        if op in _FAST32 and self.f32:
+            return f"{_FAST32[op]}({args[0]})"
+        if op in _LIBM64:
+            return "_F(" + _LIBM64[op].format(*args) + ")"
+        if op in _TEMPLATES:
+            return _TEMPLATES[op].format(*args)
+        if op in _MATH_UNARY:
+            return f"_F(math.{op}({args[0]}))"
+        if op in _MATH_BINARY:
+            return f"_F(math.{op}({args[0]}, {args[1]}))"
+        raise NotImplementedError(f"the numba backend has no code for the primitive {op!r}")
+
+    def value(self, v) -> str:
+        return self.call(v) if isinstance(v, Call) else self.atom(v)
+
+    def block(self, stmts: list, indent: str, latch: list | None):
+        if not stmts:
+            self.lines.append(indent + "pass")
+        for s in stmts:
+            if isinstance(s, Assign):
+                self.lines.append(f"{indent}{s.target} = {self.value(s.value)}")
+            elif isinstance(s, If):
+                self.lines.append(f"{indent}if {self.atom(s.cond)}:")
+                self.block(s.body, indent + "    ", latch)
+                if s.orelse:
+                    self.lines.append(f"{indent}else:")
+                    self.block(s.orelse, indent + "    ", latch)
+            elif isinstance(s, Loop):
+                self.lines.append(f"{indent}while True:")
+                self.block(s.body + s.latch, indent + "    ", s.latch)
+            elif isinstance(s, Break):
+                self.lines.append(f"{indent}break")
+            elif isinstance(s, Continue):
+                if latch:
+                    self.block(latch, indent, latch)
+                self.lines.append(f"{indent}continue")
+            elif isinstance(s, Return):
+                values = ", ".join(self.atom(v) for v in s.values)
+                self.lines.append(f"{indent}return {values}" if self.scalar_return
+                                  else f"{indent}return ({values},)")
+            else:  # pragma: no cover
+                raise TypeError(f"not an IR statement: {s!r}")
+
+    def function(self, name: str) -> list:
+        fn = self.fn
+        out = ["@njit(inline='always', error_model='numpy')",
+               f"def {name}({', '.join(fn.params)}):"]
+        zero = {"f": "_F(0.0)", "i": "_I(0)", "b": "False"}
+        params = set(fn.params)
+        for var, kind in sorted(fn.kinds.items()):
+            if var not in params:
+                out.append(f"    {var} = {zero[kind]}")
+        self.block(fn.body, "    ", None)
+        return out + self.lines
+
+
+def _prepare(fn: Function) -> Function:
+    mode = BRANCHES
+    if mode == "select" or (mode == "auto" and not has_loops(fn.body)):
+        if not has_loops(fn.body):
+            return if_convert(fn)
+    return fn
+
+
+def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
+    """The Python source of the kernel module for transformed ``fn`` and input ``patterns``.
+
+    ``patterns[k]`` is ``"F"`` (full), ``"R"`` (one value per row), ``"C"`` (one per column) or
+    ``"S"`` (one value).
+    """
+    lines = [_HEADER.format(name=fn.name, float_type=float_type)]
+    sub_names = {op: f"_sub{i}" for i, op in enumerate(sorted(fn.subroutines))}
+    for op, name in sub_names.items():
+        lines += _Printer(_prepare(fn.subroutines[op]), float_type, sub_names, True).function(name)
+        lines.append("")
+    lines += _Printer(_prepare(fn), float_type, sub_names).function("_body")
+    lines.append("")
+    n_in, n_out = len(fn.params), fn.n_outputs
+    numba_type = {"f": float_type, "i": "int64", "b": "boolean"}
+    pointers = [f"types.CPointer(types.{numba_type[fn.kinds[p]]})" for p in fn.params] + \
+        [f"types.CPointer(types.{numba_type[k]})" for k in fn.output_kinds]
+    lines.append(f"_SIG = types.void({', '.join(['types.int64'] * 5 + pointers)})")
+    lines.append("")
+    lines.append("@cfunc(_SIG, error_model='numpy', boundscheck=False)")
+    params = [f"p{k}" for k in range(n_in)] + [f"q{m}" for m in range(n_out)]
+    lines.append(f"def kernel(r0, r1, inner, total, rows, {', '.join(params)}):")
+    length = {"F": "total", "R": "rows", "C": "inner", "S": "1"}
+    for k, p in enumerate(patterns):
+        lines.append(f"    in{k} = carray(p{k}, ({length[p]},))")
+    for m in range(n_out):
+        lines.append(f"    out{m} = carray(q{m}, (total,))")
+    for k, p in enumerate(patterns):
+        if p == "S":
+            lines.append(f"    a{k} = in{k}[0]")
+    lines.append("    for r in range(r0, r1):")
+    lines.append("        lo = r * inner")
+    lines.append("        hi = min(lo + inner, total)")
+    for k, p in enumerate(patterns):
+        if p == "F":
+            lines.append(f"        a{k} = in{k}[lo:hi]")
+        elif p == "R":
+            lines.append(f"        a{k} = in{k}[r]")
+    for m in range(n_out):
+        lines.append(f"        b{m} = out{m}[lo:hi]")
+    lines.append("        for j in range(hi - lo):")
+    args = []
+    for k, p in enumerate(patterns):
+        args.append(f"a{k}[j]" if p == "F" else f"in{k}[j]" if p == "C" else f"a{k}")
+    results = [f"y{m}" for m in range(n_out)]
+    lines.append(f"            {', '.join(results)}, = _body({', '.join(args)})")
+    for m in range(n_out):
+        lines.append(f"            b{m}[j] = y{m}")
+    return "\n".join(lines) + "\n"
+
+
+# -- layout ---------------------------------------------------------------------------------------
+
+class Layout(NamedTuple):
+    """How a kernel walks one call's arguments: a ``(rows, inner)`` view of the broadcast shape of
+    ``total`` elements, each input's pattern, and each input as the 1-d array the kernel reads."""
+
+    rows: int
+    inner: int
+    total: int
+    patterns: tuple
+    flats: list
+
+
+@lru_cache(maxsize=1024)
+def _plan(shapes: tuple, shape: tuple):
+    """The layout for argument ``shapes`` broadcast to ``shape`` (see `plan_layout`), memoised."""
+    total = math.prod(shape)
+    d = len(shape)
+    keep = [i for i in range(d) if shape[i] != 1]
+    dims = [shape[i] for i in keep]
+    masks = []
+    for s in shapes:
+        padded = (1,) * (d - len(s)) + tuple(s)
+        masks.append(tuple(padded[i] != 1 for i in keep))
+    r = len(dims)
+
+    def fits(mask, p):
+        return len(set(mask[:p])) <= 1 and len(set(mask[p:])) <= 1
+
+    split = None
+    if not all(len(set(m)) <= 1 for m in masks):
+        split = next((p for p in range(r - 1, 0, -1) if all(fits(m, p) for m in masks)), r - 1)
+    if split is None:
+        inner = min(total, _FLAT_BLOCK) or 1
+        rows = -(-total // inner) if total else 0
+    else:
+        rows, inner = math.prod(dims[:split]), math.prod(dims[split:])
+    patterns, materialise = [], []
+    for s, mask in zip(shapes, masks):
+        if split is not None and not fits(mask, split):
+            patterns.append("F")
+            materialise.append(True)
+            continue
+        outer_full = any(mask[:split]) if split is not None else any(mask)
+        inner_full = any(mask[split:]) if split is not None else any(mask)
+        pattern = "F" if outer_full and inner_full else "R" if outer_full else "C" if inner_full else "S"
+        patterns.append(pattern)
+        materialise.append(pattern == "F" and tuple(s) != tuple(shape))
+    return rows, inner, total, tuple(patterns), tuple(materialise)
+
+
+def plan_layout(arrays: list, shape: tuple):
+    """Choose the ``(rows, inner)`` view and each input's pattern and prepared 1-d array.
+
+    >>> import numpy as np
+    >>> rows, inner, total, patterns, _ = plan_layout([np.ones((3, 1)), np.ones((3, 4)), np.ones(())], (3, 4))
+    >>> rows, inner, total, patterns
+    (3, 4, 12, ('R', 'F', 'S'))
+    """
+    rows, inner, total, patterns, materialise = _plan(tuple(a.shape for a in arrays), shape)
+    flats = []
+    for a, pattern, full in zip(arrays, patterns, materialise):
+        if full:
+            a = np.broadcast_to(a, shape)
+        if not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a)
+        flat = a.reshape(-1)
+        flats.append(flat[:1] if pattern == "S" else flat)
+    return Layout(rows, inner, total, patterns, flats)
+
+
+# -- compiling and caching ------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def _threads() -> int:
+    env = os.environ.get("MINFLUX_NUM_THREADS")
+    if env:
+        return max(1, int(env))
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+class Kernel:
+    """A loaded kernel: ``call(r0, r1, inner, total, rows, *pointers)`` and where it came from."""
+
+    def __init__(self, key: str, call, module=None):
+        self.key = key
+        self.call = call
+        self.module = module          # the generated module when compiled in this process
+
+    @property
+    def compiled_here(self) -> bool:
+        """True when numba compiled it in this process, False when loaded as object code."""
+        return self.module is not None
+
+    def assembly(self) -> str:
+        """The machine code (only for a kernel compiled in this process)."""
+        if self.module is None:
+            raise ValueError("the kernel was loaded from the disk cache as object code")
+        return self.module.kernel._library.get_asm_str()
+
+
+_loaded: dict = {}
+
+
+# LLVM's loop vectoriser gives up on a loop that needs many runtime checks that its pointers do not
+# overlap; a dual kernel with many partials has a dozen or more output streams, and compiled as
+# scalar code it runs about 5x slower. The limit is a process-wide LLVM option, set once.
+LLVM_OPTIONS = ("-vectorize-memory-check-threshold=1024",)
+_llvm_configured = False
+
+
+def _configure_llvm() -> None:
+    global _llvm_configured
+    if not _llvm_configured:
+        import llvmlite.binding as llvm
+
+        for option in LLVM_OPTIONS:
+            llvm.set_option("minflux", option)
+        _llvm_configured = True
+
+
+def _compile(source: str, key: str, directory: Path):
+    _configure_llvm()
+    path = directory / f"{key}.py"
+    try:
+        if not path.exists() or path.read_text() != source:
+            write_atomically(path, source)
+    except OSError:
+        directory = Path(tempfile.mkdtemp(prefix="minflux-kernels-"))
+        path = directory / f"{key}.py"
+        write_atomically(path, source)
+    spec = importlib.util.spec_from_file_location(key, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module
+    try:
+        spec.loader.exec_module(module)   # numba compiles the cfunc here
+    except BaseException:
+        del sys.modules[key]
+        raise
+    try:
+        kernel_cache.save(directory, key, module.kernel)
+    except OSError:
+        pass
+    return module
+
+
+def load_kernel(source: str, n_pointers: int) -> Kernel:
+    """The kernel of a generated module: from memory, from object code on disk, or compiled now."""
+    key = kernel_cache.cache_key(f"{source}\n# llvm {' '.join(LLVM_OPTIONS)}")
+    kernel = _loaded.get(key)
+    if kernel is None:
+        directory = cache_dir() / "kernels"
+        try:
+            call = kernel_cache.load(directory, key, n_pointers)
+        except Exception:  # an unusable cache entry (another platform, a broken file): recompile
+            call = None
+        if call is not None:
+            kernel = Kernel(key, call)
+        else:
+            module = _compile(source, key, directory)
+            kernel = Kernel(key, kernel_cache.prototype(n_pointers)(module.kernel.address), module)
+        _loaded[key] = kernel
+    return kernel
+
+
+def build_kernel(dual, float_dtype, patterns: tuple) -> Kernel:
+    """The kernel of transformed function ``dual`` for one float type and input layout."""
+    source = generate_source(dual.function, np.dtype(float_dtype).name, patterns)
+    with _lock:
+        return load_kernel(source, len(dual.function.params) + dual.function.n_outputs)
+
+
+def launch(kernel: Kernel, dual, layout: Layout, float_dtype, shape: tuple) -> list:
+    """Run ``kernel`` over ``layout``; one new array of ``shape`` per output of ``dual.function``."""
+    global _pool
+    rows, inner, total, _, flats = layout
+    results = [np.empty(shape, kind_dtype(k, float_dtype)) for k in dual.function.output_kinds]
+    if total:
+        call = kernel.call
+        pointers = [a.ctypes.data for a in flats] + [r.ctypes.data for r in results]
+        n_threads = _threads() if total >= PARALLEL_MIN_ELEMENTS and rows > 1 else 1
+        if n_threads > 1:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(n_threads, thread_name_prefix="minflux-kernel")
+            bounds = [rows * t // n_threads for t in range(n_threads + 1)]
+            futures = [_pool.submit(call, a, b, inner, total, rows, *pointers)
+                       for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+            for f in futures:
+                f.result()
+        else:
+            call(0, rows, inner, total, rows, *pointers)
+    return results

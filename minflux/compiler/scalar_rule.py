@@ -1,0 +1,55 @@
+"""A scalar function with user-given partial derivatives: a new row of the derivative table.
+
+Inside other scalar functions a rule is one primitive: its value is the function's own body (emitted
+as a subroutine) and its partials are the given rules; on arrays its value is the function's primal
+kernel.
+
+>>> import numpy as np
+>>> rule = ScalarRule(lambda x: x if x > 0 else 0.1 * x, (lambda m, x, y: m.where(x > 0, 1.0, 0.1),))
+>>> from minflux.compiler.rules import TABLE
+>>> TABLE[rule.op].impl(np, np.array([-1.0, 2.0]))
+array([-0.1,  2. ])
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .compiled import compiled, primal
+from .errors import CompileError
+from .kinds import infer_kinds
+from .rules import define
+
+
+class ScalarRule:
+    """The compiler's side of `mf.scalar_rule`: the table row and the function's typed subroutine.
+
+    ``partials`` holds one rule ``lambda m, *args, y: ...`` per argument (missing trailing rules and
+    None make an argument non-differentiable); the row is registered under ``op``, the function's
+    module-qualified name.
+    """
+
+    def __init__(self, fn: Callable, partials: tuple):
+        self.fn = fn
+        self.arity = fn.__code__.co_argcount
+        if len(partials) > self.arity:
+            raise TypeError(f"scalar_rule got {len(partials)} derivative rules for {fn.__qualname__}, "
+                            f"which takes {self.arity} arguments")
+        self.partials = tuple(partials) + (None,) * (self.arity - len(partials))
+        self.op = f"{fn.__module__}.{fn.__qualname__}"
+        self._subroutines: dict | None = None
+        define(self.op, self.impl, *self.partials, doc=fn.__doc__ or "")
+
+    def impl(self, xp, *args):
+        """The function's value on arrays: its primal kernel."""
+        return primal(self.fn, *args)
+
+    def subroutines(self) -> dict:
+        """The typed primal IR of this function (and of the rules it calls), by primitive name."""
+        if self._subroutines is None:
+            parsed = compiled(self.fn).parsed
+            typed = infer_kinds(parsed.function, ["f"] * self.arity, output_kinds=["f"])
+            if typed.n_outputs != 1:
+                raise CompileError(f"a scalar_rule function must return one value; "
+                                   f"{self.fn.__qualname__} returns {typed.n_outputs}")
+            self._subroutines = {**typed.subroutines, self.op: typed}
+        return self._subroutines

@@ -1,0 +1,169 @@
+"""Elementwise ops: each is a broadcast of one primitive of the derivative table through the
+broadcast node, numpy-named and accepting arrays, Tensors and Python numbers.
+
+Outside a gradient computation they run the primitive on the arrays and return an array. Each op
+carries its table name as ``__primitive__``, so scalar functions that call ``mf.tanh`` compile it
+as that primitive.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..autograd import active_tape
+from ..backend import get_array_module
+from ..compiler.rules import TABLE, ArrayMath
+from ..tensor import Tensor, unwrap
+from .node import broadcast_node
+
+
+_MATH: dict = {}
+
+
+def _math(xp) -> ArrayMath:
+    m = _MATH.get(xp)
+    if m is None:
+        m = _MATH[xp] = ArrayMath(xp)
+    return m
+
+
+def apply_primitive(name: str, *args):
+    """Broadcast primitive ``name`` of the derivative table over ``args``.
+
+    The forward pass is the primitive's array implementation; when an argument is tracked, the
+    table's partials for it are evaluated on the same arrays and recorded with the outputs as one
+    broadcast node.
+
+    >>> import numpy as np
+    >>> apply_primitive("maximum", np.array([1.0, 3.0]), 2.0)
+    array([2., 3.])
+    """
+    prim = TABLE[name]
+    if len(args) != prim.arity:
+        raise TypeError(f"mf.{name} takes {prim.arity} arguments, got {len(args)}")
+    values = [unwrap(a) for a in args]
+    xp = get_array_module(*values, op=f"mf.{name}")
+    try:
+        y = prim.impl(xp, *values)
+    except ValueError as e:  # numpy's broadcast error lacks the op's name
+        shapes = [tuple(np.shape(v)) for v in values]
+        try:
+            np.broadcast_shapes(*shapes)
+        except ValueError:
+            raise ValueError(f"mf.{name}: cannot broadcast shapes {' and '.join(map(str, shapes))}") from e
+        raise
+    tape = active_tape()
+    wanted = () if tape is None else [
+        k for k, a in enumerate(args)
+        if isinstance(a, Tensor) and a._tape is tape and prim.partials[k] is not None]
+    if not wanted:
+        for a in args:
+            if isinstance(a, Tensor):
+                return Tensor(y)
+        return y
+    rules, m = prim.partials, _math(xp)
+    partials = {(0, k): _as_dtype(rules[k](m, *values, y), y) for k in wanted}
+    return broadcast_node(name, args, (y,), partials)
+
+
+def _as_dtype(partial, y):
+    """Indicator partials (``where(c, 1.0, 0.0)``) come out float64; keep float32 gradients float32."""
+    dtype = getattr(partial, "dtype", None)
+    if dtype is not None and dtype != y.dtype and y.dtype.kind == "f":
+        return partial.astype(y.dtype)
+    return partial
+
+
+def _op(name: str, doc: str):
+    """The public op for table primitive ``name``: positional arguments, the table's arity."""
+    if TABLE[name].arity == 1:
+        def op(x):
+            return apply_primitive(name, x)
+    else:
+        def op(a, b):
+            return apply_primitive(name, a, b)
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    op.__primitive__ = name
+    return op
+
+
+def _example(call, result):
+    return f"\n\n    >>> import minflux as mf, numpy as np\n    >>> {call}\n    {result}\n    "
+
+
+add = _op("add", "Elementwise ``a + b``." + _example("mf.add(np.ones(2), 1.0)", "array([2., 2.])"))
+subtract = _op("subtract", "Elementwise ``a - b``." + _example("mf.subtract(np.ones(2), 1.0)", "array([0., 0.])"))
+multiply = _op("multiply", "Elementwise ``a * b``." + _example("mf.multiply(np.ones(2), 3.0)", "array([3., 3.])"))
+divide = _op("divide", "Elementwise ``a / b``." + _example("mf.divide(np.ones(2), 4.0)", "array([0.25, 0.25])"))
+floor_divide = _op("floor_divide", "Elementwise ``a // b`` (zero derivative)." + _example("mf.floor_divide(np.array([7.0]), 2.0)", "array([3.])"))
+mod = _op("mod", "Elementwise ``a % b`` (Python's sign convention)." + _example("mf.mod(np.array([7.0]), 2.0)", "array([1.])"))
+power = _op("power", "Elementwise ``a ** b``." + _example("mf.power(np.array([3.0]), 2.0)", "array([9.])"))
+maximum = _op("maximum", "Elementwise maximum; ties send the gradient to ``a``." + _example("mf.maximum(np.array([1.0, 3.0]), 2.0)", "array([2., 3.])"))
+minimum = _op("minimum", "Elementwise minimum; ties send the gradient to ``a``." + _example("mf.minimum(np.array([1.0, 3.0]), 2.0)", "array([1., 2.])"))
+less = _op("less", "Elementwise ``a < b`` (boolean, no gradient)." + _example("mf.less(np.array([1.0, 3.0]), 2.0)", "array([ True, False])"))
+less_equal = _op("less_equal", "Elementwise ``a <= b``." + _example("mf.less_equal(np.array([2.0]), 2.0)", "array([ True])"))
+greater = _op("greater", "Elementwise ``a > b``." + _example("mf.greater(np.array([1.0, 3.0]), 2.0)", "array([False,  True])"))
+greater_equal = _op("greater_equal", "Elementwise ``a >= b``." + _example("mf.greater_equal(np.array([2.0]), 2.0)", "array([ True])"))
+equal = _op("equal", "Elementwise ``a == b``." + _example("mf.equal(np.array([2.0]), 2.0)", "array([ True])"))
+not_equal = _op("not_equal", "Elementwise ``a != b``." + _example("mf.not_equal(np.array([2.0]), 2.0)", "array([False])"))
+logical_and = _op("logical_and", "Elementwise ``a and b``." + _example("mf.logical_and(np.array([True]), False)", "array([False])"))
+logical_or = _op("logical_or", "Elementwise ``a or b``." + _example("mf.logical_or(np.array([True]), False)", "array([ True])"))
+negative = _op("negative", "Elementwise ``-x``." + _example("mf.negative(np.ones(1))", "array([-1.])"))
+abs = _op("abs", "Elementwise ``|x|``; the derivative at 0 is 0." + _example("mf.abs(np.array([-2.0]))", "array([2.])"))
+sign = _op("sign", "Elementwise sign (zero derivative)." + _example("mf.sign(np.array([-2.0, 0.0]))", "array([-1.,  0.])"))
+floor = _op("floor", "Elementwise floor (zero derivative)." + _example("mf.floor(np.array([1.5]))", "array([1.])"))
+exp = _op("exp", "Elementwise ``e**x``." + _example("mf.exp(np.zeros(1))", "array([1.])"))
+log = _op("log", "Elementwise natural logarithm." + _example("mf.log(np.ones(1))", "array([0.])"))
+log1p = _op("log1p", "Elementwise ``log(1 + x)``, accurate near 0." + _example("mf.log1p(np.zeros(1))", "array([0.])"))
+expm1 = _op("expm1", "Elementwise ``exp(x) - 1``, accurate near 0." + _example("mf.expm1(np.zeros(1))", "array([0.])"))
+sqrt = _op("sqrt", "Elementwise square root." + _example("mf.sqrt(np.array([4.0]))", "array([2.])"))
+sin = _op("sin", "Elementwise sine." + _example("mf.sin(np.zeros(1))", "array([0.])"))
+cos = _op("cos", "Elementwise cosine." + _example("mf.cos(np.zeros(1))", "array([1.])"))
+tanh = _op("tanh", "Elementwise hyperbolic tangent." + _example("mf.tanh(np.zeros(1))", "array([0.])"))
+sigmoid = _op("sigmoid", "Elementwise logistic ``1 / (1 + exp(-x))``." + _example("mf.sigmoid(np.zeros(1))", "array([0.5])"))
+relu = _op("relu", "Elementwise ``max(x, 0)``; the derivative at 0 is 0." + _example("mf.relu(np.array([-1.0, 2.0]))", "array([0., 2.])"))
+softplus = _op("softplus", "Elementwise ``log(1 + exp(x))``, stable for large ``|x|``." + _example("mf.softplus(np.zeros(1))", "array([0.69314718])"))
+logical_not = _op("logical_not", "Elementwise ``not x``." + _example("mf.logical_not(np.array([True]))", "array([False])"))
+
+
+tan = _op("tan", "Elementwise tangent." + _example("mf.tan(np.zeros(1))", "array([0.])"))
+asin = _op("asin", "Elementwise inverse sine." + _example("mf.asin(np.ones(1))", "array([1.57079633])"))
+acos = _op("acos", "Elementwise inverse cosine." + _example("mf.acos(np.ones(1))", "array([0.])"))
+atan = _op("atan", "Elementwise inverse tangent." + _example("mf.atan(np.ones(1))", "array([0.78539816])"))
+sinh = _op("sinh", "Elementwise hyperbolic sine." + _example("mf.sinh(np.zeros(1))", "array([0.])"))
+cosh = _op("cosh", "Elementwise hyperbolic cosine." + _example("mf.cosh(np.zeros(1))", "array([1.])"))
+asinh = _op("asinh", "Elementwise inverse hyperbolic sine." + _example("mf.asinh(np.zeros(1))", "array([0.])"))
+acosh = _op("acosh", "Elementwise inverse hyperbolic cosine." + _example("mf.acosh(np.ones(1))", "array([0.])"))
+atanh = _op("atanh", "Elementwise inverse hyperbolic tangent." + _example("mf.atanh(np.zeros(1))", "array([0.])"))
+log2 = _op("log2", "Elementwise base-2 logarithm." + _example("mf.log2(np.array([8.0]))", "array([3.])"))
+log10 = _op("log10", "Elementwise base-10 logarithm." + _example("mf.log10(np.array([100.0]))", "array([2.])"))
+atan2 = _op("atan2", "Elementwise ``atan(a / b)`` in the quadrant of ``(b, a)``." + _example("mf.atan2(np.ones(1), -1.0)", "array([2.35619449])"))
+hypot = _op("hypot", "Elementwise ``sqrt(a**2 + b**2)``." + _example("mf.hypot(np.array([3.0]), 4.0)", "array([5.])"))
+ceil = _op("ceil", "Elementwise ceiling (zero derivative)." + _example("mf.ceil(np.array([1.5]))", "array([2.])"))
+trunc = _op("trunc", "Elementwise rounding toward zero (zero derivative)." + _example("mf.trunc(np.array([-1.5]))", "array([-1.])"))
+
+
+def where(condition, a, b):
+    """``a`` where ``condition`` holds, else ``b`` (the condition gets no gradient).
+
+    >>> import minflux as mf, numpy as np
+    >>> mf.where(np.array([True, False]), 1.0, np.array([5.0, 6.0]))
+    array([1., 6.])
+    """
+    return apply_primitive("where", condition, a, b)
+
+
+where.__primitive__ = "where"
+
+
+def clip(x, lo, hi):
+    """Elementwise ``min(max(x, lo), hi)``; ``x`` gets the gradient on the closed interval.
+
+    >>> import minflux as mf, numpy as np
+    >>> mf.clip(np.array([-2.0, 0.5, 2.0]), 0.0, 1.0)
+    array([0. , 0.5, 1. ])
+    """
+    return apply_primitive("clip", x, lo, hi)
+
+
+clip.__primitive__ = "clip"

@@ -1,0 +1,121 @@
+"""The package's import structure: no cycles inside minflux, and the compiler a pure bottom layer.
+
+Imports are read from the source with `ast` (top-level and function-level alike), so the check
+does not depend on what happens to be imported when the test runs.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "minflux"
+COMPILER = "minflux.compiler"
+COMPILER_MAY_IMPORT = {"minflux.backend", "minflux.files", "minflux._version"}
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the minflux modules it imports (``from . import x`` resolves to the module x)."""
+    paths = {module_name(p, root): p for p in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in paths}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                targets = [f"{module}.{a.name}" for a in node.names] + [module]
+            else:
+                continue
+            for target in targets:
+                while target and target not in paths:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+                    break
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_checker_finds_a_cycle_and_an_upward_import(tmp_path):
+    pkg = tmp_path / "minflux"
+    (pkg / "compiler").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from . import a\n")
+    (pkg / "a.py").write_text("def f():\n    from .b import g\n")
+    (pkg / "b.py").write_text("from minflux.a import f\n")
+    (pkg / "compiler" / "__init__.py").write_text("")
+    (pkg / "compiler" / "ir.py").write_text("from ..a import f\n")
+    graph = import_graph(pkg)
+    assert cycles(graph) == [["minflux.a", "minflux.b"]]
+    assert graph["minflux.compiler.ir"] == {"minflux.a"}
+
+
+def test_no_import_cycles_inside_minflux():
+    assert cycles(import_graph()) == []
+
+
+def test_the_compiler_imports_only_itself_backend_files_and_version():
+    graph = import_graph()
+    upward = {(m, t) for m, targets in graph.items() if m.startswith(COMPILER)
+              for t in targets if not t.startswith(COMPILER) and t not in COMPILER_MAY_IMPORT}
+    assert upward == set()
+
+
+@pytest.mark.parametrize("module", ["minflux.pointwise", "minflux.compiler.kernel_cache",
+                                    "minflux.pointwise.functions", "minflux.compiler.compiled"])
+def test_modules_import_by_their_path(module):
+    import importlib
+
+    assert importlib.import_module(module).__name__ == module

@@ -1,8 +1,18 @@
-"""Shared test configuration: tests marked ``gpu`` skip cleanly without CuPy and a CUDA device."""
+"""Shared test configuration: one kernel cache for the whole session (a fresh directory, unless
+``MINFLUX_CACHE_DIR`` is set), and tests marked ``gpu`` skip cleanly without CuPy and a CUDA device."""
 from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
 
 import numpy as np
 import pytest
+
+if "MINFLUX_CACHE_DIR" not in os.environ:  # set before any kernel is compiled; subprocesses inherit it
+    os.environ["MINFLUX_CACHE_DIR"] = tempfile.mkdtemp(prefix="minflux-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["MINFLUX_CACHE_DIR"], ignore_errors=True)
 
 from minflux.backend import gpu_available
 

@@ -271,3 +271,13 @@ def test_indexed_gradient_into_a_shared_array_copies_first():
 def test_tape_slots_are_distinct():
     tape = Tape()
     assert [tape.new_slot() for _ in range(3)] == [1, 2, 3]
+
+
+def test_a_zero_dimensional_argument_keeps_every_contribution():
+    s = np.array(2.0)
+    (g,) = mf.gradient(lambda s: s * s * s, s)
+    assert g.shape == () and float(g) == 12.0
+    (g,) = mf.gradient(lambda s: mf.broadcast(lambda a, b, c: a * b * c, s, s, s, mode="reverse"), s)
+    assert float(g) == 12.0
+    (g,) = mf.gradient(lambda s: mf.sum(mf.tanh(s)) + mf.sum(mf.tanh(s)) + mf.sum(mf.tanh(s)), s)
+    np.testing.assert_allclose(g, 3 * (1 - np.tanh(2.0) ** 2))

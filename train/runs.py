@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 
 import minflux as mf
+from minflux.backend import DeviceError
+from minflux.device import resolve_device
 
 from .config import Config, ModelConfig, load_config
 from .data import Vocabulary, load_corpus
@@ -91,17 +93,15 @@ def latest_run_path(cfg: Config, root: str | Path = "runs") -> Path | None:
 
 
 def pick_device(device: str) -> str:
-    """``"cpu"`` or ``"gpu"``; ``"auto"`` takes the GPU when CuPy sees one.
+    """``"cpu"`` or ``"gpu"`` for ``train.device`` (`minflux.device.resolve_device`, errors as RunError).
 
     >>> pick_device("cpu")
     'cpu'
     """
-    if device == "auto":
-        return "gpu" if mf.gpu_available() else "cpu"
-    if device == "gpu" and not mf.gpu_available():
-        raise RunError('train.device = "gpu" but no GPU is usable (CuPy missing or no CUDA device); '
-                       'use --set train.device="cpu" or "auto"')
-    return device
+    try:
+        return resolve_device(device)
+    except (DeviceError, ValueError) as e:
+        raise RunError(f"train.device: {e} (set it with --set train.device=...)") from None
 
 
 def _hmlstm(cfg: ModelConfig, vocab_size: int, **common):

@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ir import (Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var,
+from .ir import (Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Temporaries, Var,
                  assigned_names, operand_kind, result_kind)
+from .kinds import convert
 from .rules import TABLE
 
 _ZERO = Const(0.0)
@@ -128,7 +129,7 @@ class _Transform:
         self.kinds = dict(fn.kinds)
         self.temps = set(fn.temps)
         self.wrt = list(wrt)
-        self.count = 0
+        self.new_temp = Temporaries("d", self.kinds, self.temps)
         self.out: list = []
         self.loops: list = []
         self.returns: list = []
@@ -137,13 +138,6 @@ class _Transform:
         self.assigned = set(assigned_names(fn.body))
 
     # -- symbolic arithmetic ---------------------------------------------------------------------
-    def new_temp(self, kind: str) -> str:
-        name = f"d{self.count}"
-        self.count += 1
-        self.kinds[name] = kind
-        self.temps.add(name)
-        return name
-
     def kind(self, atom) -> str:
         return atom.kind if isinstance(atom, Const) else self.kinds[atom.name]
 
@@ -172,17 +166,7 @@ class _Transform:
         return _Sym(Var(target), self)
 
     def convert(self, atom, kind: str):
-        have = self.kind(atom)
-        if have == kind:
-            return atom
-        if isinstance(atom, Const):
-            return Const({"f": float, "i": int, "b": bool}[kind](atom.value))
-        target = self.new_temp(kind)
-        if kind == "b":
-            self.out.append(Assign(target, Call("not_equal", (atom, Const(0)))))
-        else:
-            self.out.append(Assign(target, Call("float" if kind == "f" else "int", (atom,))))
-        return Var(target)
+        return convert(atom, self.kind(atom), kind, self.new_temp, self.out)
 
     @staticmethod
     def simplify(name, atoms):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import ast
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 

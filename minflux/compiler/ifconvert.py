@@ -25,7 +25,7 @@ def f(v_x):
 """
 from __future__ import annotations
 
-from .ir import Assign, Call, Const, Function, If, Return, Var, has_loops
+from .ir import Assign, Call, Const, Function, If, Return, Temporaries, Var, has_loops
 
 _ZERO = {"f": 0.0, "i": 0, "b": False}
 
@@ -35,18 +35,14 @@ class _Converter:
         self.fn = fn
         self.kinds = dict(fn.kinds)
         self.temps = set(fn.temps)
-        self.count = 0
+        self.new_temp = Temporaries("c", self.kinds, self.temps)
         self.out: list = []
         self.outputs = [f"o{m}" for m in range(fn.n_outputs)]
         for name, kind in zip(self.outputs, fn.output_kinds):
             self.kinds[name] = kind
 
     def temp(self, kind: str) -> str:
-        name = f"c{self.count}"
-        self.count += 1
-        self.kinds[name] = kind
-        self.temps.add(name)
-        return name
+        return self.new_temp(kind)
 
     def logical(self, op: str, *args):
         name = self.temp("b")

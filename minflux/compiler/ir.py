@@ -213,6 +213,28 @@ def operand_kind(op: str, kinds: list, position: int) -> str | None:
     return result_kind(op, kinds)
 
 
+class Temporaries:
+    """Fresh temporary names ``<prefix><n>``, each recorded with its kind in ``kinds`` and in ``temps``.
+
+    Every pass that adds variables owns one with its own prefix, so passes never clash.
+
+    >>> kinds, temps = {}, set()
+    >>> new = Temporaries("k", kinds, temps)
+    >>> new("f"), new("b"), kinds, sorted(temps)
+    ('k0', 'k1', {'k0': 'f', 'k1': 'b'}, ['k0', 'k1'])
+    """
+
+    def __init__(self, prefix: str, kinds: dict, temps: set):
+        self.prefix, self.kinds, self.temps, self.count = prefix, kinds, temps, 0
+
+    def __call__(self, kind: str) -> str:
+        name = f"{self.prefix}{self.count}"
+        self.count += 1
+        self.kinds[name] = kind
+        self.temps.add(name)
+        return name
+
+
 # -- walking ---------------------------------------------------------------------------------------
 
 def walk(stmts: list) -> Iterator:

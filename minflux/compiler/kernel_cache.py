@@ -7,8 +7,13 @@ LLVM's JIT linker alone (llvmlite, a few milliseconds). The few numba runtime he
 refers to for its error paths are provided by `_STUBS`; a kernel that refers to any other symbol the
 process cannot resolve is not loaded this way (the caller compiles it with numba instead).
 
-The cache key includes the numba, llvmlite, minflux and Python versions and the host CPU, so object
-code is never loaded into a process or machine it was not made for.
+The cache key includes the numba, llvmlite, minflux and Python versions, the host CPU and a hash of
+every source file that shapes the generated code (the generator, the vectorisable math and runtime
+helpers inlined into each kernel, this loader), so object code is never loaded into a process,
+machine or minflux it was not made for. Each entry records a SHA-256 of its object code, checked
+before linking: a damaged or truncated file is recompiled (with one warning), never linked. Files
+are read only from a trusted directory (`minflux.compiler.cache_directory`) and only when they are
+private to the user.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from pathlib import Path
 
 from .._version import __version__
 from ..files import write_atomically
+from .cache_directory import untrusted_reason, warn_once
 
 _STUBS = r"""
 declare i32 @PyGILState_Ensure()
@@ -50,9 +56,21 @@ _engine = None
 _llvm = None
 
 
+# the modules whose text ends up in, or decides, the machine code of every kernel
+_CODE_SHAPING = ("numba_backend.py", "fastmath.py", "numba_runtime.py", "ifconvert.py", "kernel_cache.py")
+_SOURCE_DIR = Path(__file__).parent
+_versions_text: str | None = None
+
+
 def _versions() -> str:
-    return (f"minflux {__version__} numba {version('numba')} llvmlite {version('llvmlite')} "
-            f"python {sys.version_info[:2]}")
+    global _versions_text
+    if _versions_text is None:
+        sources = hashlib.sha256()
+        for name in _CODE_SHAPING:
+            sources.update((_SOURCE_DIR / name).read_bytes())
+        _versions_text = (f"minflux {__version__} numba {version('numba')} llvmlite {version('llvmlite')} "
+                          f"python {sys.version_info[:2]} generator {sources.hexdigest()}")
+    return _versions_text
 
 
 def _binding():
@@ -134,11 +152,20 @@ def load(directory: Path, key: str, n_pointers: int):
     """The kernel saved under ``key`` as a ctypes function, or None when it is absent or unusable."""
     meta_path, object_path = directory / f"{key}.json", directory / f"{key}.o"
     try:
+        untrusted = untrusted_reason(meta_path) or untrusted_reason(object_path)
+        if untrusted is not None:
+            warn_once(f"not linking cached kernels that others can change: {untrusted}; compiling instead")
+            return None
         meta = json.loads(meta_path.read_text())
         code = object_path.read_bytes()
     except (OSError, ValueError):
         return None
-    if meta.get("key") != key or not all(_resolvable(s) for s in meta.get("externals", ())):
+    if not isinstance(meta, dict) or meta.get("key") != key or key not in str(meta.get("symbol")):
+        return None
+    if meta.get("sha256") != hashlib.sha256(code).hexdigest():
+        warn_once(f"the cached kernel {object_path} is damaged (its SHA-256 does not match); recompiling")
+        return None
+    if not all(_resolvable(s) for s in meta.get("externals", ())):
         return None
     llvm = _binding()
     with _lock:
@@ -162,7 +189,8 @@ def save(directory: Path, key: str, cfunc) -> None:
     declared = {f.name for f in module.functions if f.is_declaration} | \
         {g.name for g in module.global_variables if g.is_declaration}
     externals = sorted(n for n in declared if not n.startswith("llvm."))  # intrinsics are not symbols
-    directory.mkdir(parents=True, exist_ok=True)
-    write_atomically(directory / f"{key}.o", data[0])
-    meta = {"key": key, "symbol": cfunc.native_name, "externals": externals}
-    write_atomically(directory / f"{key}.json", json.dumps(meta).encode())  # written last: marks completion
+    code = data[0]
+    write_atomically(directory / f"{key}.o", code, mode=0o600)
+    meta = {"key": key, "symbol": cfunc.native_name, "externals": externals,
+            "sha256": hashlib.sha256(code).hexdigest()}
+    write_atomically(directory / f"{key}.json", json.dumps(meta).encode(), mode=0o600)  # last: marks completion

@@ -19,7 +19,7 @@ def f(n, x):
 from __future__ import annotations
 
 from .errors import CompileError
-from .ir import (Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var, join,
+from .ir import (Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Temporaries, Var, join,
                  operand_kind, result_kind, walk)
 
 
@@ -63,28 +63,35 @@ def _infer(fn: Function, param_kinds: list) -> tuple[dict, list]:
 _CAST_FOLD = {"f": float, "i": int, "b": bool}
 
 
+def convert(atom, have: str, kind: str, new_temp: Temporaries, out: list):
+    """``atom`` (of kind ``have``) as a value of ``kind``: itself, a folded constant, or a new
+    temporary assigned by an explicit conversion appended to ``out`` (``x != 0`` for a bool).
+
+    >>> out = []
+    >>> convert(Var("n"), "i", "f", Temporaries("k", {}, set()), out), out[0].value
+    (Var(name='k0'), Call(op='float', args=(Var(name='n'),)))
+    """
+    if have == kind:
+        return atom
+    if isinstance(atom, Const):
+        return Const(_CAST_FOLD[kind](atom.value))
+    name = new_temp(kind)
+    if kind == "b":
+        out.append(Assign(name, Call("not_equal", (atom, Const(0)))))
+    else:
+        out.append(Assign(name, Call("float" if kind == "f" else "int", (atom,))))
+    return Var(name)
+
+
 class _Typer:
     def __init__(self, kinds: dict):
         self.kinds = kinds
-        self.count = 0
         self.temps: set = set()
+        self.new_temp = Temporaries("k", kinds, self.temps)
 
     def convert(self, atom, kind: str, out: list):
         """``atom`` as a value of ``kind`` (a folded constant or a new conversion temporary)."""
-        have = _kind(atom, self.kinds)
-        if have == kind:
-            return atom
-        if isinstance(atom, Const):
-            return Const(_CAST_FOLD[kind](atom.value))
-        name = f"k{self.count}"
-        self.count += 1
-        self.kinds[name] = kind
-        self.temps.add(name)
-        if kind == "b":
-            out.append(Assign(name, Call("not_equal", (atom, Const(0)))))
-        else:
-            out.append(Assign(name, Call("float" if kind == "f" else "int", (atom,))))
-        return Var(name)
+        return convert(atom, _kind(atom, self.kinds), kind, self.new_temp, out)
 
     def value(self, value, target_kind: str, loc, out: list):
         if not isinstance(value, Call):
@@ -105,10 +112,7 @@ class _Typer:
         have = result_kind(op, kinds)
         if have == target_kind:
             return call
-        name = f"k{self.count}"
-        self.count += 1
-        self.kinds[name] = have
-        self.temps.add(name)
+        name = self.new_temp(have)
         out.append(Assign(name, call, loc))
         return self.convert(Var(name), target_kind, out)
 
@@ -140,6 +144,8 @@ def infer_kinds(fn: Function, param_kinds: list, output_kinds: list | None = Non
 
     ``output_kinds`` forces the kinds of the outputs (they are inferred from the returns otherwise).
     """
+    if len(param_kinds) != len(fn.params):
+        raise ValueError(f"{fn.name} has {len(fn.params)} parameters but {len(param_kinds)} kinds were given")
     kinds, outputs = _infer(fn, list(param_kinds))
     if output_kinds is not None:
         outputs = list(output_kinds)

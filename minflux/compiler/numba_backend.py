@@ -15,7 +15,8 @@ Each transformed function becomes a generated module with
   output and every partial. Calls through ctypes release the GIL, and large calls split their rows
   over a thread pool.
 
-Kernels are cached in memory and on disk under `cache_dir()` (``MINFLUX_CACHE_DIR`` overrides it):
+Kernels are cached in memory and on disk under `cache_directory.kernel_directory()` (below
+``MINFLUX_CACHE_DIR`` when set, a private directory that is checked before anything is linked from it):
 the file name is a hash of the generated source -- which spells out the transformed IR, so the
 scalar function's source, constants, input kinds and dtypes and the differentiable-input mask --,
 the input layouts, the minflux/numba/llvmlite/Python versions and the host CPU. Next to the source
@@ -24,9 +25,11 @@ in milliseconds without starting numba.
 """
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import math
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -39,6 +42,7 @@ import numpy as np
 
 from ..files import write_atomically
 from . import kernel_cache
+from .cache_directory import kernel_directory
 from .dtypes import kind_dtype
 from .ifconvert import if_convert
 from .ir import Assign, Break, Call, Continue, Function, If, Loop, Return, Var, has_loops
@@ -80,19 +84,6 @@ from minflux.compiler.numba_runtime import (_max, _min, _log64, _log1p64, _sigmo
 _F = np.{float_type}
 _I = np.int64
 '''
-
-
-def cache_dir() -> Path:
-    """Where compiled kernels live: ``$MINFLUX_CACHE_DIR``, else the user cache dir + ``/minflux``.
-
-    >>> str(cache_dir()).endswith("minflux") or "MINFLUX_CACHE_DIR" in __import__("os").environ
-    True
-    """
-    env = os.environ.get("MINFLUX_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "minflux"
 
 
 # -- source generation ---------------------------------------------------------------------------
@@ -367,12 +358,12 @@ def _compile(source: str, key: str, directory: Path):
     _configure_llvm()
     path = directory / f"{key}.py"
     try:
-        if not path.exists() or path.read_text() != source:
-            write_atomically(path, source)
+        write_atomically(path, source, mode=0o600)   # always our text: the module is executed
     except OSError:
         directory = Path(tempfile.mkdtemp(prefix="minflux-kernels-"))
+        atexit.register(shutil.rmtree, directory, ignore_errors=True)
         path = directory / f"{key}.py"
-        write_atomically(path, source)
+        write_atomically(path, source, mode=0o600)
     spec = importlib.util.spec_from_file_location(key, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[key] = module
@@ -393,7 +384,7 @@ def load_kernel(source: str, n_pointers: int) -> Kernel:
     key = kernel_cache.cache_key(f"{source}\n# llvm {' '.join(LLVM_OPTIONS)}")
     kernel = _loaded.get(key)
     if kernel is None:
-        directory = cache_dir() / "kernels"
+        directory = kernel_directory()
         try:
             call = kernel_cache.load(directory, key, n_pointers)
         except Exception:  # an unusable cache entry (another platform, a broken file): recompile

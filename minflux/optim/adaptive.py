@@ -35,10 +35,8 @@ def adam_step(g, m, v, lr, beta1, beta2, eps, correction1, correction2):
 @elementwise
 def adamw_step(g, x, m, v, lr, beta1, beta2, eps, correction1, correction2, decay):
     """Adam's step plus decoupled weight decay ``lr * decay * x``."""
-    m_new = beta1 * m + (1.0 - beta1) * g
-    v_new = beta2 * v + (1.0 - beta2) * g * g
-    step = lr * ((m_new / correction1) / (sqrt(v_new / correction2) + eps) + decay * x)
-    return step, m_new, v_new
+    step, m_new, v_new = adam_step(g, m, v, lr, beta1, beta2, eps, correction1, correction2)
+    return step + lr * decay * x, m_new, v_new
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,14 @@ from .backend import (DeviceError, default_dtype, get_array_module, gpu_availabl
 from .compiler.compiled import get_elementwise_backend, set_elementwise_backend
 from .compiler.errors import CompileError
 from .device import to_device
+from .dlpack import from_dlpack
 from .io import load, save
-from .ops import (broadcast_to, concatenate, cross_entropy, expand_dims, getitem, log_softmax, logsumexp,
-                  matmul, max, mean, min, reshape, softmax, split, squeeze, stack, sum, swapaxes, take,
-                  transpose, unstack)
+from .ops import (all, any, arange, argmax, argmin, binary_cross_entropy_with_logits, broadcast_to,
+                  concatenate, cross_entropy, cumsum, dot, einsum, expand_dims, flatten, flip, full,
+                  full_like, getitem, isfinite, isnan, kl_divergence, log_softmax, logsumexp, matmul, max,
+                  mean, min, moveaxis, mse, nll, norm, one_hot, ones, ones_like, outer, pad, prod, repeat,
+                  reshape, roll, round, softmax, split, squeeze, stack, std, sum, swapaxes, take,
+                  take_along_axis, tensordot, tile, transpose, unstack, var, zeros, zeros_like)
 from .ops.broadcasting import sum_to
 from .pointwise.functions import broadcast, elementwise, scalar_rule
 from .pointwise.primitives import (abs, acos, acosh, add, asin, asinh, atan, atan2, atanh, ceil, clip, cos,
@@ -32,15 +36,19 @@ _install_operators(Tensor)
 
 __all__ = [
     "CompileError", "DeviceError", "HostTransferError", "Tensor", "__version__", "abs", "acos", "acosh",
-    "add", "asin", "asinh", "atan", "atan2", "atanh", "broadcast", "broadcast_to", "ceil", "clip",
-    "concatenate", "cos", "cosh", "cross_entropy", "default_dtype", "divide", "elementwise", "equal",
-    "exp", "expand_dims", "expm1", "floor", "floor_divide", "get_array_module",
-    "get_elementwise_backend", "getitem", "gpu_available", "gradient", "greater", "greater_equal",
-    "hypot", "is_array", "less", "less_equal", "load", "log", "log10", "log1p", "log2", "log_softmax",
-    "logical_and", "logical_not", "logical_or", "logsumexp", "matmul", "max", "maximum", "mean", "min",
-    "minimum", "mod", "multiply", "negative", "nn", "no_grad", "no_host_transfers", "not_equal", "optim",
-    "power", "relu", "reshape", "save", "scalar_rule", "set_default_dtype", "set_elementwise_backend",
-    "sigmoid", "sign", "sin", "sinh", "softmax", "softplus", "split", "sqrt", "squeeze", "stack",
-    "stop_gradient", "subtract", "sum", "sum_to", "swapaxes", "take", "tan", "tanh", "to_device",
-    "to_numpy", "transpose", "tree", "trunc", "unstack", "where", "withgradient",
+    "add", "all", "any", "arange", "argmax", "argmin", "asin", "asinh", "atan", "atan2", "atanh",
+    "binary_cross_entropy_with_logits", "broadcast", "broadcast_to", "ceil", "clip", "concatenate", "cos",
+    "cosh", "cross_entropy", "cumsum", "default_dtype", "divide", "dot", "einsum", "elementwise", "equal",
+    "exp", "expand_dims", "expm1", "flatten", "flip", "floor", "floor_divide", "from_dlpack", "full",
+    "full_like", "get_array_module", "get_elementwise_backend", "getitem", "gpu_available", "gradient",
+    "greater", "greater_equal", "hypot", "is_array", "isfinite", "isnan", "kl_divergence", "less",
+    "less_equal", "load", "log", "log10", "log1p", "log2", "log_softmax", "logical_and", "logical_not",
+    "logical_or", "logsumexp", "matmul", "max", "maximum", "mean", "min", "minimum", "mod", "moveaxis",
+    "mse", "multiply", "negative", "nll", "nn", "no_grad", "no_host_transfers", "norm", "not_equal",
+    "one_hot", "ones", "ones_like", "optim", "outer", "pad", "power", "prod", "relu", "repeat", "reshape",
+    "roll", "round", "save", "scalar_rule", "set_default_dtype", "set_elementwise_backend", "sigmoid",
+    "sign", "sin", "sinh", "softmax", "softplus", "split", "sqrt", "squeeze", "stack", "std",
+    "stop_gradient", "subtract", "sum", "sum_to", "swapaxes", "take", "take_along_axis", "tan", "tanh",
+    "tensordot", "tile", "to_device", "to_numpy", "transpose", "tree", "trunc", "unstack", "var", "where",
+    "withgradient", "zeros", "zeros_like",
 ]

@@ -28,6 +28,7 @@ import numpy as np
 
 from ._version import __version__
 from .backend import get_array_module, is_array, to_numpy
+from ._load_report import LoadReport
 from .tree import is_leaf, named_leaves
 
 FORMAT = "minflux-checkpoint"
@@ -305,56 +306,82 @@ def _copy_into(target, loaded):
     return loaded
 
 
-def _missing_and_extra(kind: str, wanted: list, present: dict, problems: list) -> None:
-    missing = [n for n in wanted if n not in present]
-    extra = sorted(set(present) - set(wanted))
-    problems += [f"{kind} {n or '<root>'}: missing from the checkpoint" for n in missing]
-    problems += [f"{kind} {n or '<root>'}: in the checkpoint but not in the target" for n in extra]
+def _sorted_out(name: str, found: list, problems: list, skipped: dict, strict: bool) -> bool:
+    """File ``found`` mismatches of one entry as problems (strict) or as one skip; True if it fits."""
+    if not found:
+        return True
+    if strict:
+        problems.extend(found)
+    else:
+        label = f"{name or '<root>'}: "
+        skipped[name] = "; ".join(text.split(label, 1)[-1] for text in found)
+    return False
 
 
-def load(path: str | os.PathLike, *, model: Any = None, opt_state: Any = None) -> dict:
+def load(path: str | os.PathLike, *, model: Any = None, opt_state: Any = None, strict: bool = True):
     """Load a checkpoint into ``model`` and ``opt_state`` in place; returns the saved metadata.
 
     Names, shapes, dtypes and optimiser rules are all checked first; any mismatch raises
-    `CheckpointMismatch` listing every one of them, and nothing is changed. A file that is not HDF5,
-    is truncated or is not a minflux checkpoint raises `CheckpointError`. Arrays keep their device
-    (CuPy arrays are filled from the host copy).
+    `CheckpointMismatch` listing every one of them, and nothing is changed. With ``strict=False``
+    what matches is loaded and the rest is left as it is (fine-tuning from a checkpoint with another
+    head); the returned `LoadReport` (the metadata dict, with ``loaded`` and ``skipped``) says what
+    was skipped and why, and logged at INFO. A file that is not HDF5, is truncated or is not a
+    minflux checkpoint raises `CheckpointError` either way. Arrays keep their device (CuPy arrays
+    are filled from the host copy).
 
     >>> import os, tempfile, numpy as np, minflux as mf
     >>> path = mf.save(os.path.join(tempfile.mkdtemp(), "c.h5"), model={"w": np.ones(2)}, step=3)
     >>> target = {"w": np.zeros(2)}
     >>> mf.load(path, model=target)["step"], target["w"]
     (3, array([1., 1.]))
+    >>> other = {"w": np.zeros(2), "head": np.zeros(5)}
+    >>> mf.load(path, model=other, strict=False).skipped["model"]
+    {'head': 'missing from the checkpoint'}
     """
     from .optim.state import named_state_leaves
 
     checkpoint = read(path)
     problems: list[str] = []
+    skipped: dict = {"model": {}, "opt_state": {}}
     model_targets = []
     if model is not None:
+        targets = list(named_leaves(model, trainable_only=False))
         if checkpoint.model is None:
             problems.append("model: the checkpoint holds no model arrays")
+            skipped["model"] = {n: "the checkpoint holds no model arrays" for n, _ in targets}
         else:
-            model_targets = list(named_leaves(model, trainable_only=False))
-            _missing_and_extra("model array", [n for n, _ in model_targets], checkpoint.model, problems)
-            for name, target in model_targets:
-                if name in checkpoint.model:
-                    _check_arrays("model array", name or "<root>", target, checkpoint.model[name],
-                                  problems)
+            for name, target in targets:
+                found: list[str] = []
+                if name not in checkpoint.model:
+                    found.append(f"model array {name or '<root>'}: missing from the checkpoint")
+                else:
+                    _check_arrays("model array", name or "<root>", target, checkpoint.model[name], found)
+                if _sorted_out(name, found, problems, skipped["model"], strict):
+                    model_targets.append((name, target))
+            for name in sorted(set(checkpoint.model) - {n for n, _ in targets}):
+                _sorted_out(name, [f"model array {name or '<root>'}: in the checkpoint but not in the "
+                                   f"target"], problems, skipped["model"], strict)
     state_targets = []
     if opt_state is not None:
+        leaves = list(named_state_leaves(opt_state))
         if checkpoint.opt_state is None:
             problems.append("opt_state: the checkpoint holds no optimiser state")
+            skipped["opt_state"] = {n: "the checkpoint holds no optimiser state" for n, _ in leaves}
         else:
-            state_targets = list(named_state_leaves(opt_state))
-            _missing_and_extra("optimiser state of", [n for n, _ in state_targets],
-                               checkpoint.opt_state, problems)
-            for name, leaf in state_targets:
+            for name, leaf in leaves:
+                found = []
                 saved = checkpoint.opt_state.get(name)
-                if saved is not None:
-                    _check_rule(name, leaf.rule, saved["rule"], problems)
-                    _check_state(name, leaf.state, saved["state"], problems)
-    if problems:
+                if saved is None:
+                    found.append(f"optimiser state of {name or '<root>'}: missing from the checkpoint")
+                else:
+                    _check_rule(name, leaf.rule, saved["rule"], found)
+                    _check_state(name, leaf.state, saved["state"], found)
+                if _sorted_out(name, found, problems, skipped["opt_state"], strict):
+                    state_targets.append((name, leaf))
+            for name in sorted(set(checkpoint.opt_state) - {n for n, _ in leaves}):
+                _sorted_out(name, [f"optimiser state of {name or '<root>'}: in the checkpoint but not "
+                                   f"in the target"], problems, skipped["opt_state"], strict)
+    if problems and strict:
         raise CheckpointMismatch(f"checkpoint {os.fspath(path)} does not match the target "
                                  f"({len(problems)} problem{'s' if len(problems) > 1 else ''}); nothing "
                                  f"was loaded:\n  - " + "\n  - ".join(problems))
@@ -365,4 +392,7 @@ def load(path: str | os.PathLike, *, model: Any = None, opt_state: Any = None) -
         leaf.state = _copy_into(leaf.state, saved["state"])
         leaf.rule = _restored_rule(leaf.rule, saved["rule"])
         leaf.frozen = saved["frozen"]
-    return checkpoint.meta
+    report = LoadReport(checkpoint.meta, {"model": [n for n, _ in model_targets],
+                                          "opt_state": [n for n, _ in state_targets]}, skipped)
+    report.log_skips(os.fspath(path))
+    return report

@@ -161,3 +161,78 @@ def leaves(tree: Any, trainable_only: bool = True) -> list:
     2
     """
     return [leaf for _, leaf in named_leaves(tree, trainable_only)]
+
+
+def map(fn: Callable, tree: Any, *others: Any, none_as_zero: bool = False) -> Any:
+    """``fn`` applied leaf by leaf across trees of one structure: ``fn(a, b, ...)`` for the arrays at
+    each position of ``tree`` and ``others``, giving a tree shaped like ``tree``.
+
+    Gradient trees hold None where an array got no gradient. Where every tree holds None the
+    result holds None; where only some do, that is an error naming the position, unless
+    ``none_as_zero=True``, which passes zeros shaped like the array beside it. Configuration (numbers,
+    functions) comes from the first tree that has it. Accumulating gradients is one line:
+
+    >>> import numpy as np, minflux as mf
+    >>> g1 = {"W": np.ones(2), "b": None, "act": None}
+    >>> g2 = {"W": np.full(2, 3.0), "b": None, "act": None}
+    >>> mf.tree.map(lambda a, b: a + b, g1, g2)
+    {'W': array([4., 4.]), 'b': None, 'act': None}
+    >>> mf.tree.map(lambda a, b: a + b, {"b": np.ones(1)}, {"b": None}, none_as_zero=True)
+    {'b': array([1.])}
+    """
+    trees = (tree,) + others
+    memo: dict = {}
+
+    def walk(xs: tuple, path: str, visiting: frozenset):
+        arrays = [x for x in xs if is_leaf(x)]
+        if arrays:
+            if len(arrays) != len(xs):
+                bad = [k for k, x in enumerate(xs) if not is_leaf(x)]
+                if not none_as_zero or any(xs[k] is not None for k in bad):
+                    what = ", ".join(f"tree {k} holds {'None' if xs[k] is None else type(xs[k]).__name__}"
+                                     for k in bad)
+                    fix = " (pass none_as_zero=True to treat None as zeros)" if all(
+                        xs[k] is None for k in bad) else ""
+                    raise ValueError(f"mf.tree.map: at {path or '<root>'} some trees hold an array and "
+                                     f"others not: {what}{fix}")
+                xp_zeros = _zeros_like(arrays[0])
+                xs = tuple(x if is_leaf(x) else xp_zeros for x in xs)
+            key = tuple(id(x) for x in xs)
+            if key not in memo:  # tied arrays map once and stay tied
+                memo[key] = (xs, fn(*xs))
+            return memo[key][1]
+        template = next((x for x in xs if x is not None and children(x) is not None), None)
+        if template is None:
+            return next((x for x in xs if x is not None), None)
+        if id(template) in visiting:
+            return template
+        visiting = visiting | {id(template)}
+        kids = children(template)
+        keys = [k for k, _ in kids]
+        lookups = []
+        for k, x in enumerate(xs):
+            if x is None:
+                lookups.append(None)
+                continue
+            theirs = children(x)
+            if theirs is None or [key for key, _ in theirs] != keys:
+                raise ValueError(f"mf.tree.map: at {path or '<root>'} tree {k} has a different structure "
+                                 f"(keys {[key for key, _ in theirs] if theirs else type(x).__name__}, "
+                                 f"expected {keys})")
+            lookups.append(dict(theirs))
+        changed = {}
+        for key, child in kids:
+            new = walk(tuple(None if d is None else d[key] for d in lookups), f"{path}.{key}" if path else
+                       str(key), visiting)
+            if new is not child:
+                changed[key] = new
+        return rebuild(template, changed) if changed else template
+
+    return walk(trees, "", frozenset())
+
+
+def _zeros_like(array):
+    from .backend import get_array_module
+
+    value = getattr(array, "value", array)
+    return get_array_module(value).zeros_like(value)

@@ -13,11 +13,13 @@ from .module import Module
 class Dropout(Module):
     """Inverted dropout (Srivastava et al. 2014) with an explicit random generator.
 
-    By default it is active only inside a gradient computation (while `mf.gradient` records) and is
-    the identity elsewhere, so evaluation code needs no mode switch; ``active=True`` or ``False``
-    overrides that. Masks are drawn from ``rng`` (a ``numpy.random.Generator``) on the host for numpy
-    arrays; for CuPy arrays a seed drawn from ``rng`` seeds CuPy's generator so the mask is made on the
-    device, and runs stay reproducible from the one host generator.
+    By default (``active=None``) it is active only inside a gradient computation (while `mf.gradient`
+    records) and is the identity elsewhere, so evaluation code needs no mode switch; ``active=True``
+    or ``False`` overrides that, and `mf.nn.testmode` / `mf.nn.trainmode` set it for a whole model
+    (a gradient taken at test time, such as a saliency map, needs ``testmode``). Masks are drawn
+    from ``rng`` (a ``numpy.random.Generator``) on the host for numpy arrays; for CuPy arrays a seed
+    drawn from ``rng`` seeds CuPy's generator so the mask is made on the device, and runs stay
+    reproducible from the one host generator.
 
     >>> import numpy as np, minflux as mf
     >>> drop = mf.nn.Dropout(0.5, rng=np.random.default_rng(0))

@@ -69,6 +69,10 @@ def _is_object(x) -> bool:
     return children(x) is not None and not isinstance(x, (list, tuple, dict))
 
 
+def _is_layer(x) -> bool:
+    return isinstance(x, Module) or callable(getattr(x, "_repr_head", None))
+
+
 def _has_leaves(x) -> bool:
     return next(iter(named_leaves(x, trainable_only=False)), None) is not None
 
@@ -100,7 +104,12 @@ def _lines(x, path: str, depth: int, out: list, seen: set, trainable: set) -> No
         if is_leaf(child):
             fixed = "" if id(child) in trainable else "  (not trainable)"
             out.append((f"{pad}{name}: {_shape_text(child)}{fixed}", None))
-        elif not _has_leaves(child) or id(child) in seen:
+        elif id(child) in seen:
+            continue
+        elif not _has_leaves(child):
+            if _is_layer(child):  # parameter-free layers (Dropout, Identity) are part of the model too
+                seen.add(id(child))
+                out.append((f"{pad}{name} = {_head(child)}", None))
             continue
         elif isinstance(child, (list, tuple, dict)):
             _lines(child, name, depth, out, seen, trainable)

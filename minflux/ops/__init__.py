@@ -8,13 +8,24 @@ VJP closures capture arrays, never Tensors.
 >>> ops.sum(ops.matmul(np.ones((2, 3)), np.ones(3)))
 np.float64(6.0)
 """
-from .indexing import getitem, take
+from .constructors import arange, full, full_like, one_hot, ones, ones_like, zeros, zeros_like
+from .contractions import dot, einsum, outer, tensordot
+from .discrete import all, any, isfinite, isnan, round
+from .indexing import getitem, take, take_along_axis
 from .linalg import matmul
-from .losses import cross_entropy, log_softmax, softmax
+from .losses import (binary_cross_entropy_with_logits, cross_entropy, kl_divergence, log_softmax, mse,
+                     nll, softmax)
+from .norms import norm
+from .rearrange import flatten, flip, moveaxis, pad, repeat, roll, tile
 from .reductions import logsumexp, max, mean, min, sum
 from .shapes import (broadcast_to, concatenate, expand_dims, reshape, split, squeeze, stack, swapaxes,
                      transpose, unstack)
+from .statistics import argmax, argmin, cumsum, prod, std, var
 
 __all__ = ["broadcast_to", "concatenate", "cross_entropy", "expand_dims", "getitem", "log_softmax",
            "logsumexp", "matmul", "max", "mean", "min", "reshape", "softmax", "split", "squeeze",
            "stack", "sum", "swapaxes", "take", "transpose", "unstack"]
+__all__ += ["all", "any", "arange", "argmax", "argmin", "binary_cross_entropy_with_logits", "cumsum", "dot", "einsum", "flatten", "flip", "full", "full_like", "isfinite", "isnan",
+            "kl_divergence", "moveaxis", "mse", "nll", "norm", "one_hot", "ones", "ones_like", "outer",
+            "pad", "prod", "repeat", "roll", "round", "std", "take_along_axis", "tensordot", "tile",
+            "var", "zeros", "zeros_like"]

@@ -43,3 +43,11 @@ def normalise_axis(axis: int, ndim: int, op: str, shape: tuple) -> int:
 def keepdims_shape(shape: tuple, axes: tuple[int, ...]) -> tuple:
     """``shape`` with the reduced ``axes`` set to 1 (the shape of a keepdims reduction)."""
     return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+def constant_result(value, args):
+    """The result of an op with no gradient: an untracked Tensor when an argument is a Tensor."""
+    for a in args:
+        if isinstance(a, Tensor):
+            return Tensor(value)
+    return value

@@ -80,3 +80,47 @@ def take(x, indices, axis: int | None = None):
     index = idx if axis == 0 else (slice(None),) * axis + (idx,)
     dtype = v.dtype
     return record("take", out, [x], lambda g, needs: [IndexedGrad(shape, dtype, index, g, False)])
+
+
+def take_along_axis(x, indices, axis: int | None):
+    """Pick one element per position along ``axis`` with integer ``indices`` of ``x``'s rank, as
+    ``numpy.take_along_axis`` (``axis=None`` works on the flattened array). Picks of one element
+    several times add up in the gradient.
+
+    >>> import minflux as mf, numpy as np
+    >>> x = np.array([[10.0, 30.0, 20.0], [60.0, 40.0, 50.0]])
+    >>> mf.take_along_axis(x, np.array([[1], [0]]), axis=1)
+    array([[30.],
+           [60.]])
+    >>> mf.gradient(lambda x: mf.sum(mf.take_along_axis(x, np.array([[1, 1]]), axis=1)), x)[0]
+    array([[0., 2., 0.],
+           [0., 2., 0.]])
+    """
+    v = value_of(x)
+    xp = get_array_module(v, indices, op="mf.take_along_axis")
+    idx = xp.asarray(value_of(indices))
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"mf.take_along_axis: indices must be integers, got dtype {idx.dtype}")
+    if axis is None:
+        from .shapes import reshape
+
+        return take_along_axis(reshape(x, (-1,)), idx.reshape(-1), axis=0)
+    shape = tuple(v.shape)
+    if idx.ndim != len(shape):
+        raise ValueError(f"mf.take_along_axis: indices of shape {tuple(idx.shape)} need the rank of the "
+                         f"array, {len(shape)} (shape {shape}); add axes with mf.expand_dims or [..., None]")
+    axis = normalise_axis(axis, v.ndim, "mf.take_along_axis", shape)
+    try:
+        out = xp.take_along_axis(v, idx, axis=axis)
+    except (IndexError, ValueError) as e:
+        raise type(e)(f"mf.take_along_axis: {e} (array of shape {shape}, indices of shape "
+                      f"{tuple(idx.shape)})") from e
+    out_shape = tuple(out.shape)
+    index = tuple(
+        xp.broadcast_to(idx, out_shape) if d == axis else
+        xp.arange(n).reshape((1,) * d + (n,) + (1,) * (len(shape) - d - 1))
+        for d, n in enumerate(shape))
+    index = tuple(xp.broadcast_to(i, out_shape) for i in index)
+    dtype = v.dtype
+    return record("take_along_axis", out, [x],
+                  lambda g, needs: [IndexedGrad(shape, dtype, index, g, False)])

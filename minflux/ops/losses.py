@@ -103,3 +103,103 @@ def cross_entropy(logits, targets, reduction: str = "mean", axis: int = -1):
         return [xp.moveaxis(probs, -1, axis)]
 
     return record("cross_entropy", out, [logits], vjp)
+
+
+def _reduce(losses, reduction: str, op: str):
+    from .reductions import mean, sum
+
+    if reduction == "mean":
+        return mean(losses)
+    if reduction == "sum":
+        return sum(losses)
+    if reduction == "none":
+        return losses
+    raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+
+
+def mse(predictions, targets, reduction: str = "mean"):
+    """Mean squared error ``mean((predictions - targets) ** 2)`` (``reduction`` ``"mean"``, ``"sum"``
+    or ``"none"``); the difference and square are elementwise ops, so they fuse.
+
+    >>> import minflux as mf, numpy as np
+    >>> float(mf.mse(np.array([1.0, 2.0]), np.array([0.0, 4.0])))
+    2.5
+    """
+    from ..pointwise.primitives import subtract
+
+    d = subtract(predictions, targets)
+    return _reduce(d * d, reduction, "mf.mse")
+
+
+def binary_cross_entropy_with_logits(logits, targets, reduction: str = "mean"):
+    """Binary cross-entropy of ``sigmoid(logits)`` against ``targets`` in [0, 1], computed from the
+    logits without overflow: ``softplus(logits) - targets * logits`` per element.
+
+    >>> import minflux as mf, numpy as np
+    >>> round(float(mf.binary_cross_entropy_with_logits(np.array([0.0, 1000.0]), np.array([1.0, 1.0]))), 6)
+    0.346574
+    """
+    from ..pointwise.primitives import multiply, softplus, subtract
+
+    return _reduce(subtract(softplus(logits), multiply(targets, logits)), reduction,
+                   "mf.binary_cross_entropy_with_logits")
+
+
+def nll(log_probs, targets, reduction: str = "mean", axis: int = -1):
+    """Negative log-likelihood of integer class ``targets`` under ``log_probs`` (e.g. the output of
+    `log_softmax`): ``-log_probs[..., target]``; ``targets`` has ``log_probs``'s shape without ``axis``.
+
+    >>> import minflux as mf, numpy as np
+    >>> log_probs = np.log(np.array([[0.5, 0.5], [0.25, 0.75]]))
+    >>> round(float(mf.nll(log_probs, np.array([0, 1]))), 6)  # (log 2 + log 4/3) / 2
+    0.490415
+    """
+    from ..pointwise.primitives import negative
+    from .indexing import take_along_axis
+    from .shapes import squeeze
+
+    z = value_of(log_probs)
+    t = value_of(targets)
+    xp = get_array_module(z, t, op="mf.nll")
+    t = xp.asarray(t)
+    shape = tuple(z.shape)
+    if not shape:
+        raise ValueError("mf.nll: log_probs must have a class axis, got a scalar")
+    axis = normalise_axis(axis, z.ndim, "mf.nll", shape)
+    if t.dtype.kind not in "iu":
+        raise TypeError(f"mf.nll: targets must be integer class indices, got dtype {t.dtype}")
+    expected = shape[:axis] + shape[axis + 1:]
+    if tuple(t.shape) != expected:
+        raise ValueError(f"mf.nll: log_probs of shape {shape} need targets of shape {expected} "
+                         f"(the shape without axis {axis}), got {tuple(t.shape)}")
+    if xp.__name__ == "numpy" and t.size and (t.min() < 0 or t.max() >= shape[axis]):
+        raise ValueError(f"mf.nll: targets must lie in [0, {shape[axis]}), got values from {t.min()} "
+                         f"to {t.max()}")
+    picked = squeeze(take_along_axis(log_probs, xp.expand_dims(t, axis), axis=axis), axis=axis)
+    return _reduce(negative(picked), reduction, "mf.nll")
+
+
+def kl_divergence(log_q, p, reduction: str = "mean", axis: int = -1):
+    """``KL(p || q) = sum(p * (log p - log q))`` along ``axis``, for target probabilities ``p`` and
+    model log-probabilities ``log_q`` (e.g. from `log_softmax`). Terms with ``p = 0`` are 0.
+
+    ``reduction="mean"`` averages the divergence over the distributions (the other axes; PyTorch's
+    ``"batchmean"``), ``"sum"`` adds them, ``"none"`` returns one per distribution.
+
+    >>> import minflux as mf, numpy as np
+    >>> p = np.array([[0.5, 0.5], [1.0, 0.0]])
+    >>> log_q = np.log(np.array([[0.25, 0.75], [0.5, 0.5]]))
+    >>> round(float(mf.kl_divergence(log_q, p)), 6)  # (0.5 log 2 + 0.5 log 2/3 + log 2) / 2
+    0.418494
+    """
+    from ..pointwise.primitives import greater, log, multiply, subtract, where
+    from .reductions import sum
+
+    positive = greater(value_of(p), 0)
+    safe_p = where(positive, p, 1.0)  # p = 0 terms become 0 * (log 1 - 0): no 0 * inf anywhere
+    terms = multiply(p, subtract(log(safe_p), where(positive, log_q, 0.0)))
+    shape = tuple(getattr(value_of(terms), "shape", ()))
+    if not shape:
+        raise ValueError("mf.kl_divergence: the arguments must have a class axis, got scalars")
+    axis = normalise_axis(axis, len(shape), "mf.kl_divergence", shape)
+    return _reduce(sum(terms, axis=axis), reduction, "mf.kl_divergence")

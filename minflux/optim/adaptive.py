@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..pointwise.functions import elementwise
-from ..pointwise.primitives import sqrt
+from ..pointwise.primitives import sign, sqrt
 
 from .rule import AccumulatorRule, Rule, xp_of
 
@@ -125,3 +125,34 @@ class AdamW(Adam):
         delta, m_new, v_new = adamw_step(grad, param, m, v, self.lr, self.beta1, self.beta2, self.eps,
                                          1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t, self.decay)
         return (m_new, v_new, t), delta
+
+
+@elementwise
+def lion_step(g, x, m, lr, beta1, beta2, decay):
+    """Lion's sign step from the interpolated momentum, and the momentum's own update."""
+    step = lr * (sign(beta1 * m + (1.0 - beta1) * g) + decay * x)
+    return step, beta2 * m + (1.0 - beta2) * g
+
+
+@dataclass(frozen=True)
+class Lion(AccumulatorRule):
+    """Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"); state ``m``.
+
+    ``x -= lr * (sign(beta1 m + (1 - beta1) g) + decay x)``, then ``m = beta2 m + (1 - beta2) g``.
+    Every element moves by ``lr`` (plus decay), so ``lr`` is typically 3-10x smaller than Adam's.
+
+    >>> import numpy as np, minflux as mf
+    >>> w = np.zeros(2)
+    >>> state = mf.optim.setup(mf.optim.Lion(lr=0.1), w)
+    >>> mf.optim.update(state, w, np.array([5.0, -0.001])); w
+    array([-0.1,  0.1])
+    """
+
+    lr: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.99
+    decay: float = 0.0
+
+    def apply(self, state, param, grad):
+        delta, m = lion_step(grad, param, state, self.lr, self.beta1, self.beta2, self.decay)
+        return m, delta

@@ -1,6 +1,7 @@
 """Learning-rate schedules: plain objects a training loop asks for the rate, then `optim.adjust`.
 
-``StepDecay``, ``ExponentialDecay`` and ``CosineDecay`` are functions of the step (``schedule(t)``);
+``StepDecay``, ``ExponentialDecay``, ``CosineDecay``, ``LinearWarmup`` and ``OneCycle`` are functions
+of the step (``schedule(t)``);
 ``ReduceOnPlateau`` keeps a little state and is told each validation result (``schedule.step(loss)``).
 All have ``state_dict()`` / ``load_state_dict()`` (JSON-able) so checkpoints can carry them.
 
@@ -19,7 +20,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-__all__ = ["CosineDecay", "ExponentialDecay", "ReduceOnPlateau", "StepDecay"]
+__all__ = ["CosineDecay", "ExponentialDecay", "LinearWarmup", "OneCycle", "ReduceOnPlateau", "StepDecay"]
 
 
 class _Stateful:
@@ -100,6 +101,116 @@ class CosineDecay(_Stateful):
         span = max(self.total - self.warmup, 1)
         p = min(max((t - self.warmup) / span, 0.0), 1.0)
         return self.lr_min + (self.lr - self.lr_min) * (1.0 + math.cos(math.pi * p)) / 2.0
+
+
+@dataclass
+class LinearWarmup(_Stateful):
+    """A linear ramp from ``start_factor * lr`` to ``lr`` over ``warmup`` steps, then ``after``.
+
+    ``t < warmup``: ``lr * (start_factor + (1 - start_factor) * t / warmup)`` (with the default
+    ``start_factor=0`` the first step has rate 0, as in the usual transformer recipes; this is
+    ``torch.optim.lr_scheduler.LinearLR``'s ramp). From ``t = warmup`` on the rate is
+    ``after(t - warmup)`` for another schedule ``after``, or ``lr`` when there is none.
+
+    >>> import minflux as mf
+    >>> s = mf.optim.LinearWarmup(lr=1.0, warmup=4)
+    >>> [s(t) for t in range(6)]
+    [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
+    >>> s = mf.optim.LinearWarmup(lr=1.0, warmup=2, after=mf.optim.ExponentialDecay(lr=1.0, gamma=0.5))
+    >>> [s(t) for t in range(5)]
+    [0.0, 0.5, 1.0, 0.5, 0.25]
+    """
+
+    lr: float
+    warmup: int
+    start_factor: float = 0.0
+    after: object = None
+
+    def __post_init__(self):
+        if self.warmup < 0:
+            raise ValueError(f"LinearWarmup.warmup must be non-negative, got {self.warmup}")
+        if not 0.0 <= self.start_factor <= 1.0:
+            raise ValueError(f"LinearWarmup.start_factor must be in [0, 1], got {self.start_factor}")
+        if self.after is not None and not callable(self.after):
+            raise TypeError(f"LinearWarmup.after must be a schedule (callable on the step), got "
+                            f"{type(self.after).__name__}")
+
+    def __call__(self, t: int) -> float:
+        if t < self.warmup:
+            return self.lr * (self.start_factor + (1.0 - self.start_factor) * t / self.warmup)
+        return self.lr if self.after is None else self.after(t - self.warmup)
+
+    def state_dict(self) -> dict:
+        """The fields as a JSON-able dict; the ``after`` schedule contributes its own state dict."""
+        state = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "after"}
+        state["after"] = None if self.after is None else self.after.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore fields saved by ``state_dict`` into this schedule and its ``after`` schedule."""
+        state = dict(state)
+        after = state.pop("after", None)
+        if (after is None) != (self.after is None):
+            raise ValueError("LinearWarmup.load_state_dict: the saved schedule "
+                             f"{'has no' if after is None else 'has an'} 'after' schedule and this one "
+                             f"{'does' if after is None else 'does not'}")
+        super().load_state_dict(state)
+        if after is not None:
+            self.after.load_state_dict(after)
+
+
+@dataclass
+class OneCycle(_Stateful):
+    """The one-cycle policy (Smith and Topin 2019), as ``torch.optim.lr_scheduler.OneCycleLR``.
+
+    The rate rises from ``lr / div_factor`` to ``lr`` over the first ``pct_start`` of ``total``
+    steps, then anneals to ``lr / (div_factor * final_div_factor)`` at step ``total - 1`` (and stays
+    there). ``anneal`` is ``"cos"`` or ``"linear"``; ``three_phase=True`` comes back down to the
+    initial rate symmetrically before the final annealing, as in fast.ai's original schedule.
+
+    >>> import minflux as mf
+    >>> s = mf.optim.OneCycle(lr=1.0, total=10, pct_start=0.3, final_div_factor=1.0)
+    >>> [round(s(t), 3) for t in (0, 2, 9)]
+    [0.04, 1.0, 0.04]
+    """
+
+    lr: float
+    total: int
+    pct_start: float = 0.3
+    div_factor: float = 25.0
+    final_div_factor: float = 1e4
+    anneal: str = "cos"
+    three_phase: bool = False
+
+    def __post_init__(self):
+        if self.total <= 1:
+            raise ValueError(f"OneCycle.total must be at least 2 steps, got {self.total}")
+        if not 0.0 < self.pct_start < 1.0:
+            raise ValueError(f"OneCycle.pct_start must be in (0, 1), got {self.pct_start}")
+        if self.anneal not in ("cos", "linear"):
+            raise ValueError(f'OneCycle.anneal must be "cos" or "linear", got {self.anneal!r}')
+
+    def _phases(self) -> list[tuple[float, float, float]]:
+        initial = self.lr / self.div_factor
+        final = initial / self.final_div_factor
+        rise = self.pct_start * self.total - 1
+        if self.three_phase:
+            return [(rise, initial, self.lr), (2 * self.pct_start * self.total - 2, self.lr, initial),
+                    (self.total - 1, initial, final)]
+        return [(rise, initial, self.lr), (self.total - 1, self.lr, final)]
+
+    def __call__(self, t: int) -> float:
+        t = min(t, self.total - 1)
+        start = 0.0
+        phases = self._phases()
+        for k, (end, first, last) in enumerate(phases):
+            if t <= end or k == len(phases) - 1:
+                p = (t - start) / (end - start)
+                if self.anneal == "linear":
+                    return first + (last - first) * p
+                return last + (first - last) / 2.0 * (math.cos(math.pi * p) + 1.0)
+            start = end
+        raise AssertionError("unreachable")
 
 
 @dataclass

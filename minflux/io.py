@@ -12,7 +12,7 @@ Layout (format version 2)::
 Every array is saved, trainable or not, under its dotted name (``layers.0.W``); a tied array once.
 ``checksum`` is a SHA-256 digest of every dataset (name, dtype, shape, bytes) and every attribute, so a
 damaged file is refused instead of loading changed numbers (version 1 files, written before it, load
-unchecked). `save` builds the file in memory and writes it through `minflux.files.write_atomically`,
+unchecked). `save` builds the file in memory and writes it through `minflux.files.write_atomically`
 so a crash or a full disk never leaves a half-written checkpoint. `read` takes the file's bytes into
 memory before HDF5 parses them (another process holding the file open does not matter). `load`
 reads and checks the whole file before it changes anything, then copies the arrays *in place* into

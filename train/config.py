@@ -68,7 +68,7 @@ class OptimConfig:
 
     lr: float = bounded(0.002, above=0.0)
     clip_norm: float = bounded(1.0, at_least=0.0, note="0: no clipping")
-    plateau_factor: float = bounded(50.0, above=1.0, note="the learning rate is divided by it")  # on a plateau
+    plateau_factor: float = bounded(50.0, above=1.0, note="the learning rate is divided by it")
     plateau_patience: int = bounded(2, at_least=0)  # evaluations without improvement before a decay
     min_lr: float = bounded(1e-6, at_least=0.0)
 
@@ -85,7 +85,7 @@ class TrainConfig:
     eval_every: int = bounded(0, at_least=0, note="0: once per epoch")  # steps between validations
     eval_chars: int = bounded(0, at_least=0, note="0: the whole split")  # validate on the first N only
     eval_batch_size: int = bounded(0, at_least=0, note="0: the training batch size")  # evaluation streams
-    checkpoint_every: int = bounded(200, at_least=1)  # steps between "latest" checkpoints (and at validations)
+    checkpoint_every: int = bounded(200, at_least=1)  # steps between "latest" checkpoints (+ validations)
     log_every: int = bounded(10, at_least=1)  # steps between lines in metrics.jsonl
     slope_annealing: bool = True    # HM-LSTM boundary slope a = min(5, 1 + 0.04 * epoch)
     seed: int = 0

@@ -78,7 +78,7 @@ class RunDir:
         ...         pass
         Traceback (most recent call last):
         ...
-        train.runs.RunError: ...r is in use by another run (pid ...); wait for it to finish, or train into another --out
+        train.runs.RunError: ...r is in use by another run (pid ...); wait for it to finish, or ...
         """
         created = not self.path.exists()
         self.create()

@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.length is not None and args.length < 0:
         parser.error(f"--length must be >= 0, got {args.length}")
     if args.temperature is not None and args.temperature < 0:
-        parser.error(f"--temperature must be >= 0 (0: always the most likely character), got {args.temperature}")
+        parser.error(f"--temperature must be >= 0 (0: always the most likely character), got "
+                     f"{args.temperature}")
     run = open_run(args.run_dir, args.checkpoint, args.device)
     s = run.cfg.sample
     prime = s.prime if args.prime is None else args.prime

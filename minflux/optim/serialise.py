@@ -39,7 +39,8 @@ def rule_mismatches(name: str, rule: Rule, saved: dict) -> list[str]:
         if len(rule.rules) != len(saved["rules"]):
             return [f"optimiser rule of {name}: the checkpoint's chain has {len(saved['rules'])} rules, "
                     f"the target's {len(rule.rules)}"]
-        return [problem for r, s in zip(rule.rules, saved["rules"]) for problem in rule_mismatches(name, r, s)]
+        return [problem for r, s in zip(rule.rules, saved["rules"])
+                for problem in rule_mismatches(name, r, s)]
     extra = sorted(set(saved) - {f.name for f in dataclasses.fields(rule)} - {"type"})
     if extra:
         return [f"optimiser rule of {name}: the checkpoint's {saved['type']} has hyperparameters {extra} "

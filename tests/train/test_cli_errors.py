@@ -115,7 +115,8 @@ def test_tools_on_a_checkpoint_of_another_model(run_dir, capsys):
 
 
 def test_sample_with_a_prime_outside_the_vocabulary(run_dir, capsys):
-    one_error_line(capsys, sample_main([str(run_dir), "--prime", "zebra ü"]), "--prime: 'z' is not in the vocabulary")
+    status = sample_main([str(run_dir), "--prime", "zebra ü"])
+    one_error_line(capsys, status, "--prime: 'z' is not in the vocabulary")
 
 
 def test_boundaries_with_text_outside_the_vocabulary(run_dir, capsys):

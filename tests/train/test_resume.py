@@ -175,7 +175,8 @@ def test_a_nan_gradient_with_a_finite_loss_stops_before_any_parameter_changes(cf
         assert np.isfinite(array).all(), name
 
 
-def test_the_step_that_finds_a_nan_gradient_leaves_the_model_as_it_was(cfg, tmp_path, tiny_model, monkeypatch):
+def test_the_step_that_finds_a_nan_gradient_leaves_the_model_as_it_was(cfg, tmp_path, tiny_model,
+                                                                       monkeypatch):
     real = mf.withgradient
 
     def poisoned(f, *args):
@@ -211,7 +212,8 @@ def test_a_failed_resume_leaves_config_toml_as_it_was(cfg, tmp_path, tiny_model,
     assert run.config.read_text() == text
 
 
-def test_resume_applies_a_new_learning_rate_and_clipping_and_keeps_comments(cfg, tmp_path, tiny_model, capsys):
+def test_resume_applies_a_new_learning_rate_and_clipping_and_keeps_comments(cfg, tmp_path, tiny_model,
+                                                                            capsys):
     out = tmp_path / "run"
     assert main(["--config", str(cfg), "--out", str(out), "--set", "train.max_steps=6", "--quiet"]) == 0
     run = RunDir(out)

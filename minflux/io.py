@@ -1,27 +1,32 @@
 """Checkpoints in HDF5: model arrays, optimiser state and JSON-able metadata in one file.
 
-Layout (format version 1)::
+Layout (format version 2)::
 
     /                     attrs: format="minflux-checkpoint", format_version, minflux_version,
-                                 meta (JSON; arrays in it refer to /meta_arrays)
+                                 meta (JSON; arrays in it refer to /meta_arrays), checksum
     /model/<name>         one dataset per distinct array of the model (attr ``name``: dotted name)
     /opt_state/<name>     one group per optimiser leaf: attrs rule (JSON), frozen, state (JSON with
                           references to the group's datasets "0", "1", ...)
     /meta_arrays/<k>      arrays found in the metadata
 
 Every array is saved, trainable or not, under its dotted name (``layers.0.W``); a tied array once.
-`save` writes a temporary file in the same directory and renames it over ``path``, so a crash never
-leaves a half-written checkpoint. `load` reads and checks the whole file before it changes anything,
-then copies the arrays *in place* into the given model and optimiser state (so references to them
-stay valid, tied arrays stay tied and each array stays on its device); it also restores the rules'
-hyperparameters (a learning rate changed by ``optim.adjust``) and frozen flags from the file.
+``checksum`` is a SHA-256 digest of every dataset (name, dtype, shape, bytes) and every attribute, so a
+damaged file is refused instead of loading changed numbers (version 1 files, written before it, load
+unchecked). `save` builds the file in memory and writes it through `minflux.files.write_atomically`
+so a crash or a full disk never leaves a half-written checkpoint. `read` takes the file's bytes into
+memory before HDF5 parses them (another process holding the file open does not matter). `load`
+reads and checks the whole file before it changes anything, then copies the arrays *in place* into
+the given model and optimiser state (so references to them stay valid, tied arrays stay tied and each
+array stays on its device); it also restores the rules' hyperparameters (a learning rate changed by
+``optim.adjust``) and frozen flags from the file.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import io
 import json
 import os
-import tempfile
 from typing import Any
 
 import numpy as np
@@ -29,10 +34,13 @@ import numpy as np
 from ._version import __version__
 from .backend import get_array_module, is_array, to_numpy
 from ._load_report import LoadReport
+from .files import write_atomically
+from .optim.serialise import restored_rule, rule_mismatches, rule_to_json
+from .optim.state import named_state_leaves
 from .tree import is_leaf, named_leaves
 
 FORMAT = "minflux-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 __all__ = ["Checkpoint", "CheckpointError", "CheckpointMismatch", "FORMAT_VERSION", "load", "read", "save"]
 
@@ -90,35 +98,98 @@ def _decode(value: Any, arrays: Any) -> Any:
     return value
 
 
-def _rule_json(rule) -> dict:
-    from .optim.rule import OptimiserChain, hyperparameters
-
-    if isinstance(rule, OptimiserChain):
-        return {"type": "OptimiserChain", "rules": [_rule_json(r) for r in rule.rules]}
-    return {"type": type(rule).__name__, **hyperparameters(rule)}
-
-
 def _key(name: str) -> str:
     return name.replace("%", "%25").replace("/", "%2F") or "%root"
 
 
+# -- the file's contents as datasets and attributes, and their digest --------------------------------
+
+@dataclasses.dataclass
+class _Contents:
+    """Everything a checkpoint file holds: ``datasets[path]`` arrays and ``attrs[path][name]`` values
+    (path ``""`` is the root), which the checksum covers."""
+
+    datasets: dict = dataclasses.field(default_factory=dict)
+    attrs: dict = dataclasses.field(default_factory=dict)
+
+    def add(self, path: str, array, **attrs) -> None:
+        array = np.asarray(array)
+        if array.dtype.kind not in "biufc":
+            raise TypeError(f"mf.save: {attrs.get('name', path)} has dtype {array.dtype}, which checkpoints "
+                            f"do not store; use a numeric dtype")
+        self.datasets[path] = array
+        if attrs:
+            self.attrs[path] = attrs
+
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for path in sorted(self.datasets):
+            a = np.ascontiguousarray(self.datasets[path])
+            h.update(json.dumps([path, a.dtype.str, list(a.shape)]).encode())
+            h.update(a.tobytes())
+        for path in sorted(self.attrs):
+            for name in sorted(self.attrs[path]):
+                if (path, name) != ("", "checksum"):
+                    h.update(json.dumps([path, name, _plain(self.attrs[path][name])]).encode())
+        return h.hexdigest()
+
+
+def _plain(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _contents(model, opt_state, meta: dict) -> _Contents:
+
+    out = _Contents()
+    meta_arrays: list = []
+    out.attrs[""] = dict(format=FORMAT, format_version=FORMAT_VERSION, minflux_version=__version__,
+                         meta=json.dumps(_encode(meta, meta_arrays, "metadata")))
+    if model is not None:
+        out.attrs["model"] = {}
+        for name, array in named_leaves(model, trainable_only=False):
+            out.add(f"model/{_key(name)}", to_numpy(array), name=name)
+    if opt_state is not None:
+        out.attrs["opt_state"] = {}
+        for name, leaf in named_state_leaves(opt_state):
+            arrays: list = []
+            state = json.dumps(_encode(leaf.state, arrays, f"optimiser state of {name}"))
+            group = f"opt_state/{_key(name)}"
+            out.attrs[group] = dict(name=name, rule=json.dumps(rule_to_json(leaf.rule)),
+                                    frozen=bool(leaf.frozen), state=state)
+            for k, array in enumerate(arrays):
+                out.add(f"{group}/{k}", array, name=f"{name} state {k}")
+    out.attrs["meta_arrays"] = {}
+    for k, array in enumerate(meta_arrays):
+        out.add(f"meta_arrays/{k}", array, name=f"metadata array {k}")
+    out.attrs[""]["checksum"] = out.digest()
+    return out
+
+
+def _image(contents: _Contents) -> bytes:
+    """The HDF5 file holding ``contents``, built in memory."""
+    import h5py
+
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as f:
+        for path in sorted(contents.attrs, key=lambda p: p.count("/")):
+            if path and path not in contents.datasets:
+                f.require_group(path)
+        for path, array in contents.datasets.items():
+            f.create_dataset(path, data=array)
+        for path, attrs in contents.attrs.items():
+            f[path or "/"].attrs.update(attrs)
+    return buffer.getvalue()
+
+
 # -- save ---------------------------------------------------------------------------------------
-
-def _write_dataset(group, key: str, array: np.ndarray, name: str | None = None):
-    if array.dtype.kind not in "biufc":
-        raise TypeError(f"mf.save: array {name or key} has dtype {array.dtype}, which checkpoints "
-                        f"do not store; use a numeric dtype")
-    dataset = group.create_dataset(key, data=array)
-    if name is not None:
-        dataset.attrs["name"] = name
-    return dataset
-
 
 def save(path: str | os.PathLike, *, model: Any = None, opt_state: Any = None, **meta) -> str:
     """Write a checkpoint atomically: ``model`` arrays, optimiser state and metadata ``**meta``.
 
     ``meta`` values may be numbers, strings, lists, tuples, dicts, arrays and numpy Generators (whose
-    state is saved; `load` gives back an equal Generator). Returns the path.
+    state is saved; `load` gives back an equal Generator). The file is built in memory, then written
+    through a temporary file and a rename with permissions 0600; a full disk raises
+    `minflux.files.FileWriteError` and leaves the previous file as it was. Returns the path.
 
     >>> import os, tempfile, numpy as np, minflux as mf
     >>> model = mf.nn.Dense(2, 1, rng=np.random.default_rng(0))
@@ -127,57 +198,11 @@ def save(path: str | os.PathLike, *, model: Any = None, opt_state: Any = None, *
     >>> fresh = mf.nn.Dense(2, 1, rng=np.random.default_rng(1))
     >>> mf.load(path, model=fresh)
     {'step': 10, 'config': {'hidden': 1}}
-    >>> bool((fresh.W == model.W).all())
-    True
+    >>> bool((fresh.W == model.W).all()), oct(os.stat(path).st_mode & 0o777)
+    (True, '0o600')
     """
-    from .optim.state import named_state_leaves
-
-    path = os.fspath(path)
-    model_arrays = [] if model is None else [
-        (name, to_numpy(a)) for name, a in named_leaves(model, trainable_only=False)]
-    leaves = [] if opt_state is None else [
-        (name, leaf, []) for name, leaf in named_state_leaves(opt_state)]
-    encoded_leaves = [(name, leaf, _encode(leaf.state, arrays, f"optimiser state of {name}"), arrays)
-                      for name, leaf, arrays in leaves]
-    meta_arrays: list = []
-    meta_json = json.dumps(_encode(meta, meta_arrays, "metadata"))
-
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp", dir=directory)
-    os.close(fd)
-    try:
-        import h5py
-
-        with h5py.File(tmp, "w") as f:
-            f.attrs["format"] = FORMAT
-            f.attrs["format_version"] = FORMAT_VERSION
-            f.attrs["minflux_version"] = __version__
-            f.attrs["meta"] = meta_json
-            if model is not None:
-                group = f.create_group("model")
-                for name, array in model_arrays:
-                    _write_dataset(group, _key(name), array, name)
-            if opt_state is not None:
-                group = f.create_group("opt_state")
-                for name, leaf, state_json, arrays in encoded_leaves:
-                    sub = group.create_group(_key(name))
-                    sub.attrs["name"] = name
-                    sub.attrs["rule"] = json.dumps(_rule_json(leaf.rule))
-                    sub.attrs["frozen"] = bool(leaf.frozen)
-                    sub.attrs["state"] = json.dumps(state_json)
-                    for k, array in enumerate(arrays):
-                        _write_dataset(sub, str(k), array, f"{name} state {k}")
-            group = f.create_group("meta_arrays")
-            for k, array in enumerate(meta_arrays):
-                _write_dataset(group, str(k), array, f"metadata array {k}")
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    return path
+    write_atomically(path, _image(_contents(model, opt_state, meta)), mode=0o600)
+    return os.fspath(path)
 
 
 # -- read and load ------------------------------------------------------------------------------
@@ -193,8 +218,58 @@ class Checkpoint:
     format_version: int
 
 
+def _parse(path: str) -> tuple[_Contents, int]:
+    """The datasets and attributes of checkpoint ``path``, checked against its checksum."""
+    import h5py
+
+    contents = _Contents()
+
+    def visit(name, obj):
+        if isinstance(obj, h5py.Dataset):
+            contents.datasets[name] = obj[()]
+        contents.attrs[name] = dict(obj.attrs)
+
+    with open(path, "rb") as handle:
+        image = handle.read()
+    with h5py.File(io.BytesIO(image), "r") as f:
+        contents.attrs[""] = dict(f.attrs)
+        if contents.attrs[""].get("format") != FORMAT:
+            raise CheckpointError(f"{path} is an HDF5 file but not a minflux checkpoint (its 'format' "
+                                  f"attribute is {contents.attrs[''].get('format')!r})")
+        version = int(contents.attrs[""]["format_version"])
+        if version > FORMAT_VERSION:
+            raise CheckpointError(f"{path} has checkpoint format version {version}; this minflux reads "
+                                  f"versions up to {FORMAT_VERSION}. Upgrade minflux.")
+        f.visititems(visit)
+    if version >= 2 and contents.digest() != contents.attrs[""].get("checksum"):
+        raise CheckpointError(f"checkpoint {path} is damaged: its contents do not match the checksum "
+                              f"stored in it (a changed bit, a partial copy?); it was not loaded. Use "
+                              f"another checkpoint (e.g. best.h5) or a backup.")
+    return contents, version
+
+
+def _unpack(contents: _Contents) -> tuple[dict | None, dict | None, dict]:
+    """``(model, opt_state, meta)`` from a parsed file."""
+    def arrays_under(prefix):
+        return {p[len(prefix):]: a for p, a in contents.datasets.items()
+                if p.startswith(prefix) and "/" not in p[len(prefix):]}
+
+    attrs, model, opt_state = contents.attrs, None, None
+    if "model" in attrs:
+        model = {attrs[f"model/{key}"]["name"]: a for key, a in arrays_under("model/").items()}
+    if "opt_state" in attrs:
+        opt_state = {}
+        for group in [p for p in attrs if p.startswith("opt_state/") and p not in contents.datasets]:
+            own = {int(k): a for k, a in arrays_under(group + "/").items()}
+            opt_state[attrs[group]["name"]] = {"rule": json.loads(attrs[group]["rule"]),
+                                               "frozen": bool(attrs[group]["frozen"]),
+                                               "state": _decode(json.loads(attrs[group]["state"]), own)}
+    meta_arrays = {int(k): a for k, a in arrays_under("meta_arrays/").items()}
+    return model, opt_state, _decode(json.loads(attrs[""]["meta"]), meta_arrays)
+
+
 def read(path: str | os.PathLike) -> Checkpoint:
-    """Read a whole checkpoint into host memory, checking that it is one.
+    """Read a whole checkpoint into host memory, checking that it is one and that it is undamaged.
 
     >>> import os, tempfile, numpy as np, minflux as mf
     >>> path = mf.save(os.path.join(tempfile.mkdtemp(), "c.h5"), model={"w": np.arange(3.0)})
@@ -204,36 +279,16 @@ def read(path: str | os.PathLike) -> Checkpoint:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no checkpoint at {path}")
-    import h5py
-
     try:
-        with h5py.File(path, "r") as f:
-            if f.attrs.get("format") != FORMAT:
-                raise CheckpointError(f"{path} is an HDF5 file but not a minflux checkpoint (its "
-                                      f"'format' attribute is {f.attrs.get('format')!r})")
-            version = int(f.attrs["format_version"])
-            if version > FORMAT_VERSION:
-                raise CheckpointError(f"{path} has checkpoint format version {version}; this minflux "
-                                      f"reads versions up to {FORMAT_VERSION}. Upgrade minflux.")
-            model = None
-            if "model" in f:
-                model = {ds.attrs["name"]: ds[()] for ds in f["model"].values()}
-            opt_state = None
-            if "opt_state" in f:
-                opt_state = {}
-                for group in f["opt_state"].values():
-                    arrays = {str(k): ds[()] for k, ds in group.items()}
-                    state = _decode(json.loads(group.attrs["state"]), {int(k): v for k, v in arrays.items()})
-                    opt_state[group.attrs["name"]] = {"rule": json.loads(group.attrs["rule"]),
-                                                      "frozen": bool(group.attrs["frozen"]),
-                                                      "state": state}
-            meta_arrays = {int(k): ds[()] for k, ds in f["meta_arrays"].items()}
-            meta = _decode(json.loads(f.attrs["meta"]), meta_arrays)
+        contents, version = _parse(path)
+        model, opt_state, meta = _unpack(contents)
     except CheckpointError:
         raise
-    except (OSError, KeyError, ValueError, TypeError) as e:
+    except (OSError, KeyError, ValueError, TypeError, AttributeError, RuntimeError) as e:
         raise CheckpointError(f"cannot read checkpoint {path}: the file is not HDF5, is truncated or is "
-                              f"damaged ({type(e).__name__}: {e}). The file was left untouched.") from e
+                              f"damaged ({type(e).__name__}: {e}); the file was left untouched") from e
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"cannot read checkpoint {path}: its metadata is not a table")
     return Checkpoint(model, opt_state, meta, version)
 
 
@@ -265,35 +320,6 @@ def _shape_of(x) -> str:
     if isinstance(x, tuple):
         return f"a tuple of {len(x)}"
     return f"a {type(x).__name__}"
-
-
-def _check_rule(name: str, rule, saved: dict, problems: list) -> None:
-    from .optim.rule import OptimiserChain
-
-    if type(rule).__name__ != saved.get("type"):
-        problems.append(f"optimiser rule of {name}: the checkpoint has {saved.get('type')}, the "
-                        f"target {type(rule).__name__}")
-    elif isinstance(rule, OptimiserChain):
-        if len(rule.rules) != len(saved["rules"]):
-            problems.append(f"optimiser rule of {name}: the checkpoint's chain has "
-                            f"{len(saved['rules'])} rules, the target's {len(rule.rules)}")
-        else:
-            for r, s in zip(rule.rules, saved["rules"]):
-                _check_rule(name, r, s, problems)
-    else:
-        fields = {f.name for f in dataclasses.fields(rule)}
-        extra = sorted(set(saved) - fields - {"type"})
-        if extra:
-            problems.append(f"optimiser rule of {name}: the checkpoint's {saved['type']} has "
-                            f"hyperparameters {extra} that this version does not know")
-
-
-def _restored_rule(rule, saved: dict):
-    from .optim.rule import OptimiserChain
-
-    if isinstance(rule, OptimiserChain):
-        return OptimiserChain(tuple(_restored_rule(r, s) for r, s in zip(rule.rules, saved["rules"])))
-    return dataclasses.replace(rule, **{k: v for k, v in saved.items() if k != "type"})
 
 
 def _copy_into(target, loaded):
@@ -338,7 +364,6 @@ def load(path: str | os.PathLike, *, model: Any = None, opt_state: Any = None, s
     >>> mf.load(path, model=other, strict=False).skipped["model"]
     {'head': 'missing from the checkpoint'}
     """
-    from .optim.state import named_state_leaves
 
     checkpoint = read(path)
     problems: list[str] = []
@@ -374,7 +399,7 @@ def load(path: str | os.PathLike, *, model: Any = None, opt_state: Any = None, s
                 if saved is None:
                     found.append(f"optimiser state of {name or '<root>'}: missing from the checkpoint")
                 else:
-                    _check_rule(name, leaf.rule, saved["rule"], found)
+                    found += rule_mismatches(name, leaf.rule, saved["rule"])
                     _check_state(name, leaf.state, saved["state"], found)
                 if _sorted_out(name, found, problems, skipped["opt_state"], strict):
                     state_targets.append((name, leaf))
@@ -390,7 +415,7 @@ def load(path: str | os.PathLike, *, model: Any = None, opt_state: Any = None, s
     for name, leaf in state_targets:
         saved = checkpoint.opt_state[name]
         leaf.state = _copy_into(leaf.state, saved["state"])
-        leaf.rule = _restored_rule(leaf.rule, saved["rule"])
+        leaf.rule = restored_rule(leaf.rule, saved["rule"])
         leaf.frozen = saved["frozen"]
     report = LoadReport(checkpoint.meta, {"model": [n for n, _ in model_targets],
                                           "opt_state": [n for n, _ in state_targets]}, skipped)

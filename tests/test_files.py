@@ -1,9 +1,11 @@
-"""Atomic file writes: the old file survives a failed write, and no temporary file is left."""
+"""Atomic file writes: the old file survives a failed write, no temporary file is left, and the
+permissions are the ones asked for whatever the umask."""
+import errno
+import os
 
 import pytest
 
-from minflux import files
-from minflux.files import write_atomically
+from minflux.files import FileWriteError, atomic_path, remove_temporaries, write_atomically
 
 
 def test_text_and_bytes_replace_the_file(tmp_path):
@@ -14,29 +16,66 @@ def test_text_and_bytes_replace_the_file(tmp_path):
     assert sorted(p.name for p in target.parent.iterdir()) == ["f.txt"]
 
 
-def test_a_failed_write_keeps_the_old_file_and_removes_the_temporary(tmp_path, monkeypatch):
+def test_a_full_disk_keeps_the_old_file_and_names_the_path_and_the_free_space(tmp_path, monkeypatch):
     target = tmp_path / "f.txt"
     target.write_text("old")
+    real_write = os.write
 
-    def full_disk(fd):  # the data was handed to the kernel but cannot reach the disk
-        raise OSError("disk full (simulated)")
+    def half_write(fd, data):
+        real_write(fd, bytes(data[:1]))
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(files.os, "fsync", full_disk)
-    with pytest.raises(OSError, match="disk full"):
+    monkeypatch.setattr(os, "write", half_write)
+    with pytest.raises(FileWriteError) as caught:
         write_atomically(target, "new contents")
+    message = str(caught.value)
+    assert message.startswith(f"cannot write {target}: no space left on the device (")
+    assert f"free in {tmp_path}" in message and "unchanged" in message and "\n" not in message
+    assert caught.value.errno == errno.ENOSPC
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
 
 
-def test_a_mode_makes_the_file_private_whatever_the_umask(tmp_path):
-    import os
-    import stat
+def test_an_error_inside_atomic_path_keeps_the_old_file(tmp_path):
+    target = tmp_path / "plot.png"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError, match="drawing failed"):
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"half")
+            raise RuntimeError("drawing failed")
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["plot.png"]
 
-    old = os.umask(0o002)
+
+@pytest.mark.parametrize("umask", [0o000, 0o002, 0o077])
+def test_permissions_are_exactly_the_mode_asked_for(tmp_path, umask):
+    old = os.umask(umask)
     try:
-        write_atomically(tmp_path / "secret", b"x", mode=0o600)
-        write_atomically(tmp_path / "shared", b"x")
+        public = write_atomically(tmp_path / "public.txt", "x")
+        private = write_atomically(tmp_path / "private.bin", b"x", mode=0o600)
     finally:
         os.umask(old)
-    assert stat.S_IMODE(os.stat(tmp_path / "secret").st_mode) == 0o600
-    assert stat.S_IMODE(os.stat(tmp_path / "shared").st_mode) == 0o664
+    assert public.stat().st_mode & 0o777 == 0o644
+    assert private.stat().st_mode & 0o777 == 0o600
+
+
+def test_leftover_temporaries_are_removed_and_nothing_else(tmp_path):
+    names = [".latest.h5.123-456.tmp", "latest.h5.tmpab12_x", ".metrics.jsonl.9-1.tmp", "latest.h5",
+             "notes.tmp", ".hidden"]
+    for name in names:
+        (tmp_path / name).write_text("x")
+    removed = sorted(p.name for p in remove_temporaries(tmp_path))
+    assert removed == [".latest.h5.123-456.tmp", ".metrics.jsonl.9-1.tmp", "latest.h5.tmpab12_x"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", "latest.h5", "notes.tmp"]
+
+
+def test_temporaries_of_running_writers_can_be_kept(tmp_path):
+    import os
+
+    from minflux.files import remove_temporaries
+
+    mine = tmp_path / f".a.txt.{os.getpid()}-1.tmp"
+    dead = tmp_path / ".b.txt.999999999-1.tmp"
+    for p in (mine, dead):
+        p.write_text("x")
+    assert remove_temporaries(tmp_path, only_dead_writers=True) == [dead]
+    assert mine.exists()

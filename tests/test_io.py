@@ -1,5 +1,9 @@
 """Checkpoints: round trips, resume equivalence, mismatches, corrupt files and atomic writes."""
+import errno
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -7,6 +11,7 @@ import pytest
 
 import minflux as mf
 from minflux import optim
+from minflux.files import FileWriteError
 from minflux.io import CheckpointError, CheckpointMismatch
 
 
@@ -163,28 +168,92 @@ def test_hdf5_that_is_not_a_checkpoint_and_newer_formats(tmp_path):
         mf.load(tmp_path / "missing.h5")
 
 
-def test_a_failure_during_write_leaves_the_old_checkpoint_intact(tmp_path, monkeypatch):
+def test_a_full_disk_leaves_the_old_checkpoint_intact_and_says_so(tmp_path, monkeypatch):
     path = tmp_path / "c.h5"
     mf.save(path, model=Net(0), step=1)
     old = path.read_bytes()
-    import minflux.io as io
+    real_write = os.write
 
-    real = io._write_dataset
-    calls = []
+    def disk_fills_up(fd, data):
+        real_write(fd, bytes(data[:100]))
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    def failing(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise OSError("disk full (simulated)")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(io, "_write_dataset", failing)
-    with pytest.raises(OSError, match="simulated"):
+    monkeypatch.setattr(os, "write", disk_fills_up)
+    with pytest.raises(FileWriteError) as caught:
         mf.save(path, model=Net(1), step=2)
+    message = str(caught.value)
+    assert f"cannot write {path}: no space left on the device" in message
+    assert " free in " in message and "\n" not in message and ".tmp" not in message
+    monkeypatch.undo()
     assert path.read_bytes() == old
     assert os.listdir(tmp_path) == ["c.h5"]                 # no temporary file left behind
-    monkeypatch.undo()
     assert mf.load(path, model=Net(2))["step"] == 1
+
+
+def test_every_single_bit_flip_is_refused_or_harmless(tmp_path):
+    model, state = Net(0), optim.setup(rule(), Net(0))
+    path = Path(mf.save(tmp_path / "c.h5", model=model, opt_state=state, step=3, note="x" * 40))
+    raw = bytearray(path.read_bytes())
+    reference = mf.io.read(path)
+    flips = np.random.default_rng(0).choice(len(raw) * 8, size=120, replace=False)
+    refused = 0
+    for bit in flips:
+        damaged = bytearray(raw)
+        damaged[bit // 8] ^= 1 << (bit % 8)
+        path.write_bytes(bytes(damaged))
+        try:
+            content = mf.io.read(path)
+        except CheckpointError:
+            refused += 1
+            continue
+        # a flip in bytes the format does not use (padding, free space) changes nothing
+        assert content.meta == reference.meta
+        for name, a in reference.model.items():
+            assert np.array_equal(content.model[name], a), (bit, name)
+        for name, leaf in reference.opt_state.items():
+            assert content.opt_state[name]["rule"] == leaf["rule"], bit
+            for x, y in zip(content.opt_state[name]["state"][1], leaf["state"][1]):
+                assert np.array_equal(x, y), (bit, name)
+    assert refused > 40
+
+
+def test_a_damaged_checksum_says_damaged(tmp_path):
+    path = Path(mf.save(tmp_path / "c.h5", model={"w": np.arange(4.0)}))
+    raw = bytearray(path.read_bytes())
+    offset = bytes(raw).index(np.arange(4.0).tobytes()) + 8   # inside the array's data
+    raw[offset] ^= 0x10
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match="is damaged: its contents do not match the checksum"):
+        mf.load(path, model={"w": np.zeros(4)})
+
+
+def test_checkpoints_are_private_whatever_the_umask(tmp_path):
+    old = os.umask(0o000)
+    try:
+        path = mf.save(tmp_path / "c.h5", model={"w": np.ones(1)})
+    finally:
+        os.umask(old)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+def test_a_checkpoint_another_process_holds_open_for_writing_still_reads(tmp_path):
+    path = mf.save(tmp_path / "c.h5", model={"w": np.arange(3.0)}, step=5)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_OPEN, str(path)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        assert mf.io.read(path).meta == {"step": 5}
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+HOLD_OPEN = """
+import sys, time, h5py
+f = h5py.File(sys.argv[1], "r+")
+print("holding", flush=True)
+time.sleep(60)
+"""
 
 
 def test_bad_metadata_is_rejected_before_writing(tmp_path):

@@ -6,9 +6,10 @@ import logging
 import sys
 import time
 
-from .config import ConfigError, load_config
+from .cli import EXPECTED, command, one_line, prog
+from .config import load_config
 from .data import DatasetNotFoundError
-from .loop import Trainer, TrainingDiverged, prepare_run
+from .loop import start_run
 from .progress import configure_logging, remove_logging
 from .runs import RunDir, RunError, latest_run_path, new_run_path
 
@@ -18,7 +19,7 @@ log = logging.getLogger("train")
 def parse_args(argv=None) -> argparse.Namespace:
     """The command-line options of ``python -m train``."""
     parser = argparse.ArgumentParser(
-        prog="python -m train",
+        prog=prog("train"),
         description="Train a character language model from a TOML config (default: configs/default.toml).")
     parser.add_argument("--config", default="default",
                         help="a TOML file, or the name of one in configs/ (default: default)")
@@ -48,6 +49,16 @@ def resolve(args):
     return cfg, RunDir(args.out or new_run_path(cfg))
 
 
+def set_keys(overrides: list[str]) -> list[str]:
+    """The dotted keys that ``--set KEY=VALUE`` options name.
+
+    >>> set_keys(["optim.lr=0.001", "train.max_steps = 5"])
+    ['optim.lr', 'train.max_steps']
+    """
+    return [text.partition("=")[0].strip() for text in overrides]
+
+
+@command
 def main(argv=None) -> int:
     """``python -m train``: returns 0 when done, 1 on an error, 130 when interrupted."""
     try:
@@ -63,18 +74,22 @@ def _main(argv=None) -> int:
         level = logging.WARNING if args.quiet else logging.INFO
         configure_logging(None, level)
         cfg, run = resolve(args)
-        trainer = Trainer(cfg, run, args.resume)  # reads the data and builds the model first
-        prepare_run(cfg, run, args.resume)
-        configure_logging(run.log, level)
-        started = time.perf_counter()
-        outcome = trainer.fit()
-    except (ConfigError, DatasetNotFoundError, RunError, TrainingDiverged) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        source = "" if args.resume else f"from {args.config}" + "".join(f" --set {o}" for o in args.overrides)
+        with run.locked():
+            trainer = start_run(cfg, run, args.resume, set_keys(args.overrides), source)
+            configure_logging(run.log, level)
+            started = time.perf_counter()
+            outcome = trainer.fit()
+    except DatasetNotFoundError:
+        raise
+    except EXPECTED as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        if run is None:
+        if run is None or not run.latest.is_file():
+            print("\naborted before the first checkpoint; nothing was saved", file=sys.stderr)
             return 130
-        print(f"\naborted without saving; the last checkpoint is in {run.checkpoints} "
+        print(f"\naborted without saving the last steps; the last checkpoint is {run.latest} "
               f"(continue with: python -m train --out {run} --resume)", file=sys.stderr)
         return 130
     took = time.perf_counter() - started

@@ -18,6 +18,7 @@ import numpy as np
 import minflux as mf
 from minflux.files import write_atomically
 
+from .cli import command, prog
 from .data import Vocabulary
 from .sample import prime_tokens
 
@@ -111,11 +112,12 @@ def render_html(symbols: list[str], z: np.ndarray, title: str = "HM-LSTM boundar
             f"<div class=\"t\">{''.join(cells)}</div></body></html>\n")
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     """Command line: print and draw a run's boundaries over a text; returns the exit status."""
     from .runs import add_run_arguments, open_run
 
-    parser = argparse.ArgumentParser(prog="python -m train.boundaries", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=prog("train.boundaries"), description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", help="a run directory written by python -m train (an HM-LSTM)")
     parser.add_argument("--text", required=True, help="the text to read")
     parser.add_argument("--html", default=None, help="where to write the page (default RUN_DIR/boundaries.html)")

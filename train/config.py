@@ -18,7 +18,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # the repository's configs/, installed with train
 
 
 class ConfigError(ValueError):
@@ -30,6 +30,13 @@ def choice(default, *choices):
     return field(default=default, metadata={"choices": choices})
 
 
+def bounded(default, *, above=None, at_least=None, note: str = "", factory=None):
+    """A number field (or list of numbers) that must be ``> above`` or ``>= at_least``; ``note`` says
+    what a boundary value means (e.g. "0: no limit")."""
+    extra = {"default_factory": factory} if factory else {"default": default}
+    return field(**extra, metadata={"above": above, "at_least": at_least, "note": note})
+
+
 @dataclass
 class DataConfig:
     """``[data]``: which corpus and where its files are."""
@@ -37,7 +44,7 @@ class DataConfig:
     corpus: str = choice("default", "default", "ptb", "text8", "enwik8", "text")
     path: str = ""              # file or folder; "" means the corpus's usual place (e.g. data/ptb)
     encoding: str = choice("chars", "chars", "bytes")  # for corpus = "text"
-    split: list[float] = field(default_factory=lambda: [0.9, 0.05, 0.05])  # default / text corpora
+    split: list[float] = bounded(None, at_least=0.0, factory=lambda: [0.9, 0.05, 0.05])  # default / text
     cache_dir: str = ".minflux_cache"  # "" disables the token cache
 
 
@@ -46,9 +53,9 @@ class ModelConfig:
     """``[model]``: the network."""
 
     kind: str = choice("hmlstm", "hmlstm", "lstm")
-    embed_size: int = 128
-    hidden_sizes: list[int] = field(default_factory=lambda: [512, 512, 512])
-    output_embed_size: int = 512
+    embed_size: int = bounded(128, at_least=1)
+    hidden_sizes: list[int] = bounded(None, at_least=1, factory=lambda: [512, 512, 512])
+    output_embed_size: int = bounded(512, at_least=0, note="0: the largest hidden size")
     layer_norm: bool = False
     cell_form: str = choice("branch", "branch", "blend")   # HM-LSTM cell update as branches or a blend
     mode: str = choice("mixed", "mixed", "reverse")        # how elementwise kernels are differentiated
@@ -59,27 +66,27 @@ class ModelConfig:
 class OptimConfig:
     """``[optim]``: Adam with global gradient-norm clipping and learning-rate decay on a plateau."""
 
-    lr: float = 0.002
-    clip_norm: float = 1.0          # 0 disables clipping
-    plateau_factor: float = 50.0    # divide the learning rate by this when validation stops improving
-    plateau_patience: int = 2       # evaluations without improvement before a decay
-    min_lr: float = 1e-6
+    lr: float = bounded(0.002, above=0.0)
+    clip_norm: float = bounded(1.0, at_least=0.0, note="0: no clipping")
+    plateau_factor: float = bounded(50.0, above=1.0, note="the learning rate is divided by it")
+    plateau_patience: int = bounded(2, at_least=0)  # evaluations without improvement before a decay
+    min_lr: float = bounded(1e-6, at_least=0.0)
 
 
 @dataclass
 class TrainConfig:
     """``[train]``: batching, length of the run, evaluation and checkpoint intervals, device."""
 
-    batch_size: int = 64
-    seq_len: int = 100              # truncated-BPTT window (segment length)
-    epochs: int = 10
-    max_steps: int = 0              # 0: no limit other than epochs
-    max_minutes: float = 0.0        # 0: no time limit; otherwise stop (with a checkpoint) after this
-    eval_every: int = 0             # steps between validations; 0: once per epoch
-    eval_chars: int = 0             # validate on the first N characters only (0: the whole split)
-    eval_batch_size: int = 0        # streams for evaluation (0: the training batch size)
-    checkpoint_every: int = 200     # steps between "latest" checkpoints (and at every validation)
-    log_every: int = 10             # steps between lines in metrics.jsonl
+    batch_size: int = bounded(64, at_least=1)
+    seq_len: int = bounded(100, at_least=1)  # truncated-BPTT window (segment length)
+    epochs: int = bounded(10, at_least=1)
+    max_steps: int = bounded(0, at_least=0, note="0: no limit other than epochs")
+    max_minutes: float = bounded(0.0, at_least=0.0, note="0: no time limit")  # else stop (and save) after it
+    eval_every: int = bounded(0, at_least=0, note="0: once per epoch")  # steps between validations
+    eval_chars: int = bounded(0, at_least=0, note="0: the whole split")  # validate on the first N only
+    eval_batch_size: int = bounded(0, at_least=0, note="0: the training batch size")  # evaluation streams
+    checkpoint_every: int = bounded(200, at_least=1)  # steps between "latest" checkpoints (+ validations)
+    log_every: int = bounded(10, at_least=1)  # steps between lines in metrics.jsonl
     slope_annealing: bool = True    # HM-LSTM boundary slope a = min(5, 1 + 0.04 * epoch)
     seed: int = 0
     device: str = choice("auto", "cpu", "gpu", "auto")
@@ -89,8 +96,8 @@ class TrainConfig:
 class SampleConfig:
     """``[sample]``: the text printed at the end of a run."""
 
-    length: int = 300
-    temperature: float = 1.0
+    length: int = bounded(300, at_least=0)
+    temperature: float = bounded(1.0, at_least=0.0, note="0: always the most likely character")
     prime: str = ""
 
 
@@ -109,9 +116,6 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
-
-
-SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if dataclasses.is_dataclass(f.type)}
 
 
 def _type_name(tp) -> str:
@@ -160,8 +164,26 @@ def _fill(cls, table: dict, source: str, section: str = ""):
         choices = fields[key].metadata.get("choices")
         if choices and value not in choices:
             raise ConfigError(f"{where} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+        _check_bounds(value, fields[key].metadata, where)
         kwargs[key] = value
     return cls(**kwargs)
+
+
+def _check_bounds(value, metadata, where: str) -> None:
+    above, at_least = metadata.get("above"), metadata.get("at_least")
+    if above is None and at_least is None:
+        return
+    if isinstance(value, list):
+        if not value:
+            raise ConfigError(f"{where} must not be empty")
+        for i, v in enumerate(value):
+            _check_bounds(v, metadata, f"{where}[{i}]")
+        return
+    note = f" ({metadata['note']})" if metadata.get("note") else ""
+    if above is not None and not value > above:
+        raise ConfigError(f"{where} must be > {above}{note}, got {value!r}")
+    if at_least is not None and not value >= at_least:
+        raise ConfigError(f"{where} must be >= {at_least}{note}, got {value!r}")
 
 
 def _parse_override(text: str) -> tuple[list[str], object]:
@@ -198,16 +220,39 @@ def load_config(path: str | Path | None = "default", overrides: list[str] = ()) 
     >>> load_config(None, ["data.corpus=ptb"]).data.corpus
     'ptb'
     """
-    table: dict = {}
-    source = "<defaults>"
+    cfg = Config()
     if path is not None:
         file = resolve_path(path)
-        source = str(file)
         try:
-            table = tomllib.loads(file.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{source} is not valid TOML: {exc}") from exc
-    cfg = _fill(Config, table, source)
+            text = file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{file} is not a TOML config: it is not UTF-8 text (byte {exc.start}); "
+                              "pass a .toml file") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {file}: {exc.strerror or exc}") from None
+        cfg = parse_config(text, str(file))
+    return apply_overrides(cfg, overrides)
+
+
+def parse_config(text: str, source: str = "<text>") -> Config:
+    """The config TOML ``text`` describes (``source`` names it in errors).
+
+    >>> parse_config('[optim]\\nlr = 0.01').optim.lr
+    0.01
+    """
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source} is not valid TOML: {exc}") from None
+    return _fill(Config, table, source)
+
+
+def apply_overrides(cfg: Config, overrides: list[str] = ()) -> Config:
+    """``cfg`` with ``KEY=VALUE`` overrides applied (each checked like a key of a file).
+
+    >>> apply_overrides(Config(), ["train.seed=3"]).train.seed
+    3
+    """
     for text in overrides:
         keys, value = _parse_override(text)
         patch = value

@@ -18,6 +18,7 @@ import numpy as np
 
 import minflux as mf
 
+from .cli import command, prog
 from .data import StreamBatcher
 
 
@@ -83,11 +84,12 @@ def evaluate_tokens(model, tokens: np.ndarray, batch_size: int, seq_len: int, de
     return Evaluation(total / count, count, batch_size)
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     """Command line: evaluate a run on one split; returns the exit status."""
     from .runs import add_run_arguments, open_run
 
-    parser = argparse.ArgumentParser(prog="python -m train.evaluate", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=prog("train.evaluate"), description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", help="a run directory written by python -m train")
     parser.add_argument("--split", default="valid", choices=["train", "valid", "test"])
     parser.add_argument("--batch-size", type=int, default=0,

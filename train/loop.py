@@ -7,11 +7,12 @@ next window and reset to zeros at the start of each epoch. The HM-LSTM's boundar
 epoch, ``a = min(5, 1 + 0.04 * epoch)``.
 
 Everything a run needs to continue exactly is in its ``latest`` checkpoint: parameters, optimiser
-state, data position (epoch, window), recurrent state, random generator, learning-rate schedule and
-best validation result. Ctrl-C or SIGTERM finish the current step, save, and stop; ``--resume`` then
-continues as if nothing had happened (after a hard kill it continues from the last checkpoint, and the
-steps after it are recomputed identically). A NaN or infinite loss or gradient stops the run before the
-parameters change, leaving the last good checkpoint as it was.
+state, data position (epoch, window), recurrent state, random generator, learning-rate schedule, the
+HM-LSTM's slope, the running means of the next metrics line and the best validation result. Ctrl-C or
+SIGTERM finish the current step, save, and stop; ``--resume`` then continues as if nothing had happened
+(after a hard kill it continues from the last checkpoint, and the steps after it are recomputed
+identically). A NaN or infinite loss or gradient stops the run before the parameters change, naming
+the first array whose gradient is not finite and leaving the last good checkpoint as it was.
 """
 from __future__ import annotations
 
@@ -27,12 +28,15 @@ import numpy as np
 
 import minflux as mf
 
-from .checkpoint import load_checkpoint, save_checkpoint
-from .config import Config, dump_toml
+from minflux.files import write_atomically
+
+from .config import Config, OptimConfig, dump_toml, parse_config
 from .data import StreamBatcher
+from .divergence import TrainingDiverged, describe_nonfinite, nonfinite_leaves
 from .evaluate import Evaluation, evaluate_tokens
 from .metrics import MetricsLog
 from .progress import progress_bar
+from .resume import check_resumable
 from .runs import RunDir, RunError, build_model, corpus_for, pick_device
 from .sample import generate
 
@@ -41,9 +45,11 @@ log = logging.getLogger(__name__)
 LN2 = math.log(2)
 
 
-class TrainingDiverged(RuntimeError):
-    """The loss or the gradient became NaN or infinite; the message says where and what to do."""
+__all__ = ["Outcome", "Position", "Trainer", "TrainingDiverged", "annealed_slope", "train"]
 
+# what a checkpoint's metadata must hold for a run to continue from it
+RESUME_KEYS = ("step", "epoch", "window", "recurrent_state", "rng", "schedule", "best_bpc", "elapsed",
+               "vocabulary", "config", "slope")
 
 
 def annealed_slope(epoch: int) -> float:
@@ -114,6 +120,10 @@ class _Meter:
 
     def _reset(self):
         self.loss, self.chars, self.steps, self.rates = 0.0, 0, 0, None
+        self.start, self.paused, self.carried = time.perf_counter(), 0.0, 0.0
+
+    def clock_starts(self) -> None:
+        """Count training time from now on (the sums and the time carried from a checkpoint stay)."""
         self.start, self.paused = time.perf_counter(), 0.0
 
     def add(self, loss: float, chars: int, rates) -> None:
@@ -124,9 +134,20 @@ class _Meter:
     def pause(self, seconds: float) -> None:
         self.paused += seconds
 
+    def state_dict(self) -> dict:
+        """The sums so far (saved in checkpoints, so a resumed run's next line averages the same steps)."""
+        return dict(loss=self.loss, chars=self.chars, steps=self.steps, rates=self.rates,
+                    seconds=time.perf_counter() - self.start - self.paused + self.carried)
+
+    def load_state_dict(self, state: dict) -> None:
+        self._reset()
+        self.loss, self.chars, self.steps, self.rates = (state["loss"], state["chars"], state["steps"],
+                                                         state["rates"])
+        self.carried = state["seconds"]
+
     def take(self) -> dict:
         """The summary since the last ``take``, and a fresh start."""
-        seconds = max(time.perf_counter() - self.start - self.paused, 1e-9)
+        seconds = max(time.perf_counter() - self.start - self.paused + self.carried, 1e-9)
         mean = self.loss / max(self.steps, 1)
         rates = [] if self.rates is None else [round(float(r), 4) for r in self.rates / self.steps]
         out = dict(loss=mean, bpc=mean / LN2, chars_per_s=self.chars / seconds, boundary_rates=rates)
@@ -134,11 +155,25 @@ class _Meter:
         return out
 
 
-class Trainer:
-    """One run: builds data, model and optimiser from ``cfg`` and trains into ``run``."""
+def optimiser(cfg: OptimConfig, lr: float | None = None) -> mf.optim.Rule:
+    """``chain(ClipNorm(clip_norm), Adam(lr))`` (no clipping when ``clip_norm`` is 0).
 
-    def __init__(self, cfg: Config, run: RunDir, resume: bool = False):
-        self.cfg, self.run, self.resume = cfg, run, resume
+    >>> optimiser(OptimConfig(lr=0.01, clip_norm=0.0))
+    OptimiserChain(rules=(Adam(lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08),))
+    """
+    clip = [mf.optim.ClipNorm(cfg.clip_norm, throw=True)] if cfg.clip_norm > 0 else []
+    return mf.optim.chain(*clip, mf.optim.Adam(lr=cfg.lr if lr is None else lr))
+
+
+class Trainer:
+    """One run: builds data, model and optimiser from ``cfg`` and trains into ``run``.
+
+    ``set_keys`` are the config keys the command line set (``--set``); on resume, a learning rate named
+    there is applied even when it equals the checkpoint's initial one.
+    """
+
+    def __init__(self, cfg: Config, run: RunDir, resume: bool = False, set_keys=()):
+        self.cfg, self.run, self.resume, self.set_keys = cfg, run, resume, set(set_keys)
         t = cfg.train
         self.device = pick_device(t.device)
         self.corpus = corpus_for(cfg)
@@ -147,8 +182,7 @@ class Trainer:
         self.valid_tokens = self.corpus.split("valid")
         self.rng = np.random.default_rng(t.seed)
         self.model = mf.to_device(build_model(cfg.model, len(self.vocab), self.rng), self.device)
-        rules = [mf.optim.ClipNorm(cfg.optim.clip_norm)] if cfg.optim.clip_norm > 0 else []
-        self.opt_state = mf.optim.setup(mf.optim.chain(*rules, mf.optim.Adam(lr=cfg.optim.lr)), self.model)
+        self.opt_state = mf.optim.setup(optimiser(cfg.optim), self.model)
         self.schedule = mf.optim.ReduceOnPlateau(lr=cfg.optim.lr, factor=1.0 / cfg.optim.plateau_factor,
                                                  patience=cfg.optim.plateau_patience,
                                                  lr_min=cfg.optim.min_lr)
@@ -156,8 +190,10 @@ class Trainer:
         self.state = None
         self.best_bpc: float | None = None
         self.elapsed = 0.0
+        self.meter = _Meter()
         self.metrics = MetricsLog(run.metrics)
         self.stop = _StopFlag()
+        self.begun = False
 
     # -- checkpoints --------------------------------------------------------------------------
 
@@ -166,29 +202,70 @@ class Trainer:
         return dict(step=p.step, epoch=p.epoch, window=p.window, recurrent_state=self.state,
                     rng=self.rng, schedule=self.schedule.state_dict(), best_bpc=self.best_bpc,
                     elapsed=self.elapsed, vocabulary=self.vocab.to_json(), config=dump_toml(self.cfg),
-                    slope=float(getattr(self.model, "slope", 1.0)))
+                    slope=float(getattr(self.model, "slope", 1.0)), meter=self.meter.state_dict())
 
     def save(self, which: str = "latest") -> None:
-        save_checkpoint(self.run.checkpoint(which), self.model, self.opt_state, **self._meta())
+        mf.save(self.run.checkpoint(which), model=self.model, opt_state=self.opt_state, **self._meta())
+
+    def begin(self) -> None:
+        """Restore the latest checkpoint (on resume) or start the metrics afresh; before `fit`."""
+        if self.resume:
+            self.restore()
+        else:
+            self.metrics.clear()
+        self.begun = True
 
     def restore(self) -> None:
+        """Continue from the run's latest checkpoint, applying the config changes `check_resumable`
+        allows (checked before anything is loaded)."""
         file = self.run.latest
         if not file.is_file():
             raise RunError(f"--resume: {self.run} has no checkpoint ({file}); start it afresh without "
                            "--resume")
-        meta = load_checkpoint(file, self.model, self.opt_state)
+        meta = mf.io.read(file).meta
+        missing = [k for k in RESUME_KEYS if k not in meta]
+        if missing:
+            raise mf.io.CheckpointError(f"{file} cannot be resumed: its metadata lacks {', '.join(missing)}; "
+                                        "it was not written by python -m train")
         if meta["vocabulary"] != self.vocab.to_json():
             raise RunError(f"--resume: the corpus now has a different vocabulary than the checkpoint "
-                           f"{file}; its data files changed")
+                           f"{file}; its data files changed (set data.path back, or start a new run)")
+        trained = parse_config(meta["config"], f"{file} (its config)")
+        changed = check_resumable(trained, self.cfg, str(self.run))
+        self.opt_state = mf.optim.setup(optimiser(trained.optim), self.model)
+        mf.load(file, model=self.model, opt_state=self.opt_state)
         self.position = Position(meta["step"], meta["epoch"], meta["window"])
         state = meta["recurrent_state"]
         self.state = None if state is None else mf.to_device(state, self.device)
         self.rng = meta["rng"]
         self.schedule.load_state_dict(meta["schedule"])
         self.best_bpc, self.elapsed = meta["best_bpc"], meta["elapsed"]
+        if hasattr(self.model, "slope"):
+            self.model.slope = meta["slope"]
+        if "meter" in meta:  # absent in checkpoints of older versions
+            self.meter.load_state_dict(meta["meter"])
+        self._apply_changes(changed)
         self.metrics.truncate_after(self.position.step)
         log.info("resumed %s at step %d (epoch %d, window %d of %d)", self.run, self.position.step,
                  self.position.epoch, self.position.window, len(self.batcher))
+
+    def _apply_changes(self, changed: list[str]) -> None:
+        """Apply changed optimiser keys to the restored optimiser and schedule (the other keys that may
+        change are read where they are used)."""
+        o = self.cfg.optim
+        leaves = [leaf for _, leaf in mf.optim.named_state_leaves(self.opt_state)]
+        if "optim.clip_norm" in changed:
+            rule = optimiser(o, lr=leaves[0].rule.rules[-1].lr) if leaves else None
+            for leaf in leaves:  # the clipping rules hold no state; Adam's is the chain's last
+                leaf.rule, leaf.state = rule, tuple(() for _ in rule.rules[:-1]) + (leaf.state[-1],)
+        if "optim.lr" in changed or "optim.lr" in self.set_keys:
+            log.info("learning rate set to %g on resume (it was %g)", o.lr, self.schedule.lr)
+            mf.optim.adjust(self.opt_state, lr=o.lr)
+            self.schedule.lr, self.schedule.bad_steps = o.lr, 0
+        self.schedule.factor = 1.0 / o.plateau_factor
+        self.schedule.patience, self.schedule.lr_min = o.plateau_patience, o.min_lr
+        for key in changed:
+            log.info("changed on resume: %s", key)
 
     # -- steps --------------------------------------------------------------------------------
 
@@ -214,10 +291,14 @@ class Trainer:
         loss = float(mf.to_numpy(loss))
         if not math.isfinite(loss):
             raise self._diverged(f"the loss is {loss}")
+        bad = nonfinite_leaves(grads)
+        if bad:
+            raise self._diverged(describe_nonfinite(bad))
         try:
             mf.optim.update(self.opt_state, self.model, grads)
-        except FloatingPointError as exc:
-            raise self._diverged(f"the gradient is not finite ({exc})") from None
+        except FloatingPointError:  # every element finite, but the sum of squares overflowed
+            raise self._diverged("the global gradient norm overflowed (every gradient element is "
+                                 "finite, but their squares sum to more than the dtype holds)") from None
         self.state = new_state
         rates = None
         if boundaries is not None and boundaries.shape[-1]:
@@ -259,15 +340,16 @@ class Trainer:
     def fit(self) -> Outcome:
         """Train until the epochs, ``max_steps`` or ``max_minutes`` run out, or a signal arrives."""
         t = self.cfg.train
-        if self.resume:
-            self.restore()
+        if not self.begun:
+            self.begin()
         total_steps, time_budget = self._limits()
         p = self.position
         log.info("%s | %s | %s parameters on %s | %d windows of %dx%d per epoch", self.run,
                  self.corpus.summary(), f"{mf.nn.parameter_count(self.model):,}", self.device,
                  len(self.batcher), t.batch_size, t.seq_len)
         stopped = "max_steps" if t.max_steps and total_steps == t.max_steps else "finished"
-        meter = _Meter()
+        meter = self.meter
+        meter.clock_starts()
         session_start = time.perf_counter() - self.elapsed
         bar = progress_bar(total=total_steps, initial=p.step, desc=self.cfg.name, unit="step")
         with bar, self.stop.installed():
@@ -325,22 +407,27 @@ class Trainer:
         outcome.valid = result
         outcome.sample = generate(self.model, self.vocab, s.prime, s.length, s.temperature,
                                   np.random.default_rng(self.cfg.train.seed), self.device)
-        self.run.sample.write_text(s.prime + outcome.sample + "\n", encoding="utf-8")
+        write_atomically(self.run.sample, s.prime + outcome.sample + "\n")
         self.metrics.write("end", step=self.position.step, stopped=stopped, valid_bpc=result.bpc,
                            valid_chars=result.chars, streams=result.streams, best_bpc=self.best_bpc,
                            seconds=self.elapsed)
         return outcome
 
 
-def prepare_run(cfg: Config, run: RunDir, resume: bool) -> None:
-    """Create the run directory and write its config (refusing to overwrite another run)."""
+def start_run(cfg: Config, run: RunDir, resume: bool, set_keys=(), source: str = "") -> Trainer:
+    """A `Trainer` that has begun (restored, on resume) in ``run``, whose config.toml is then written.
+
+    The caller holds ``run.locked()``. A fresh run refuses a directory that already holds one.
+    """
     if not resume and run.latest.is_file():
         raise RunError(f"{run} already holds a run; continue it with --resume, or choose another --out")
-    run.create()
-    run.config.write_text(dump_toml(cfg), encoding="utf-8")
+    trainer = Trainer(cfg, run, resume, set_keys)
+    trainer.begin()
+    run.write_config(cfg, source)
+    return trainer
 
 
-def train(cfg: Config, run: RunDir, resume: bool = False) -> Outcome:
+def train(cfg: Config, run: RunDir, resume: bool = False, set_keys=()) -> Outcome:
     """Train ``cfg`` into run directory ``run`` (continuing its latest checkpoint when ``resume``).
 
     What ``python -m train`` does, minus the printing::
@@ -351,6 +438,5 @@ def train(cfg: Config, run: RunDir, resume: bool = False) -> Outcome:
         outcome = train(load_config("default", ["train.max_steps=100"]), RunDir("runs/try"))
         print(outcome.valid, outcome.sample)
     """
-    trainer = Trainer(cfg, run, resume)
-    prepare_run(cfg, run, resume)
-    return trainer.fit()
+    with run.locked():
+        return start_run(cfg, run, resume, set_keys).fit()

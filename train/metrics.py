@@ -1,15 +1,19 @@
 """``metrics.jsonl``: one JSON object per line, appended as training goes.
 
-Every record has ``kind`` (``"train"``, ``"valid"``, ``"lr"``, ``"end"``) and ``step``. When a run
-resumes from a checkpoint of step S, records after S are dropped first (those steps are redone).
+Every record has ``kind`` (``"train"``, ``"valid"``, ``"lr"``, ``"end"``) and ``step``, and there is
+one record per (kind, step): when a run resumes from a checkpoint of step S, the records after S and
+the ``end`` record of S are dropped first (those steps are redone), and a fresh start empties the file.
 """
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
 from minflux.files import write_atomically
+
+log = logging.getLogger(__name__)
 
 
 def _clean(value):
@@ -34,24 +38,41 @@ class MetricsLog:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self.skipped = 0
 
     def write(self, kind: str, **fields) -> None:
+        if not self.path.is_file():
+            write_atomically(self.path, "")  # created 0644 whatever the umask
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(_clean({"kind": kind, **fields})) + "\n")
 
     def read(self) -> list[dict]:
-        """Every complete record (a line cut off by a kill is skipped)."""
+        """Every complete record; lines cut off by a kill or damaged (not UTF-8, not JSON) are
+        skipped, and ``skipped`` says how many."""
+        self.skipped = 0
         if not self.path.is_file():
             return []
         records = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for line in self.path.read_bytes().splitlines():
             try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
+                record = json.loads(line.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                self.skipped += 1
                 continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                records.append(record)
+            else:
+                self.skipped += 1
         return records
 
     def truncate_after(self, step: int) -> None:
-        """Drop the records of steps after ``step`` (atomically rewriting the file)."""
-        kept = [r for r in self.read() if r.get("step", 0) <= step]
+        """Drop the records of steps after ``step`` and the ``end`` record of ``step`` (atomically)."""
+        kept = [r for r in self.read() if r["step"] < step or (r["step"] == step and r["kind"] != "end")]
+        if self.skipped:
+            log.warning("%s: dropped %d damaged line(s)", self.path, self.skipped)
         write_atomically(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+
+    def clear(self) -> None:
+        """Start the file afresh (a new run in a directory whose earlier attempt never checkpointed)."""
+        if self.path.is_file():
+            write_atomically(self.path, "")

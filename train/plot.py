@@ -7,10 +7,12 @@ Needs matplotlib (the optional ``plot`` extra: ``pip install 'minflux[plot]'``).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
+from minflux.files import atomic_path
+
+from .cli import command, prog
 from .metrics import MetricsLog
 
 MISSING = ("python -m train.plot needs matplotlib, which is not installed. Install it with\n"
@@ -21,15 +23,20 @@ MISSING = ("python -m train.plot needs matplotlib, which is not installed. Insta
 def curves(records: list[dict]) -> dict:
     """``{"train": (steps, bpc), "valid": ..., "lr": ..., "z": (steps, per-layer rates)}`` from metrics.
 
+    The validation curve ends with the final whole-split validation of an ``end`` record.
+
     >>> curves([{"kind": "train", "step": 1, "bpc": 3.0, "lr": 0.1, "boundary_rates": [0.2]},
-    ...         {"kind": "valid", "step": 1, "bpc": 2.5}])
-    {'train': ([1], [3.0]), 'valid': ([1], [2.5]), 'lr': ([1], [0.1]), 'z': ([1], [[0.2]])}
+    ...         {"kind": "valid", "step": 1, "bpc": 2.5}, {"kind": "end", "step": 2, "valid_bpc": 2.4}])
+    {'train': ([1], [3.0]), 'valid': ([1, 2], [2.5, 2.4]), 'lr': ([1], [0.1]), 'z': ([1], [[0.2]])}
     """
     out = {"train": ([], []), "valid": ([], []), "lr": ([], []), "z": ([], [])}
     for r in records:
         if r.get("kind") in ("train", "valid") and isinstance(r.get("bpc"), (int, float)):
             out[r["kind"]][0].append(r["step"])
             out[r["kind"]][1].append(r["bpc"])
+        if r.get("kind") == "end" and isinstance(r.get("valid_bpc"), (int, float)):
+            out["valid"][0].append(r["step"])
+            out["valid"][1].append(r["valid_bpc"])
         if r.get("kind") == "train" and "lr" in r:
             out["lr"][0].append(r["step"])
             out["lr"][1].append(r["lr"])
@@ -53,6 +60,11 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     import matplotlib.pyplot as plt
 
     data = curves(metrics.read())
+    if metrics.skipped:
+        print(f"warning: skipped {metrics.skipped} damaged line(s) of {metrics.path}", file=sys.stderr)
+    if not data["train"][0] and not data["valid"][0]:
+        raise FileNotFoundError(f"{metrics.path} holds no training records yet; plot the run once it "
+                                "has logged a step")
     rows = 3 if data["z"][0] else 2
     fig, axes = plt.subplots(rows, 1, figsize=(8, 2 + 2 * rows), sharex=True,
                              height_ratios=(3, 1, 1.5)[:rows])
@@ -78,16 +90,18 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     axes[-1].set_xlabel("step")
     fig.tight_layout()
     target = Path(out) if out else run_dir / "curves.png"
-    tmp = target.with_name(f"{target.stem}.tmp{os.getpid()}{target.suffix}")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, target)
+    try:
+        with atomic_path(target) as tmp:
+            fig.savefig(tmp, dpi=120, format=target.suffix.lstrip(".") or "png")
+    finally:
+        plt.close(fig)
     return target
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     """Command line: draw a run's curves; returns the exit status (1 without matplotlib)."""
-    parser = argparse.ArgumentParser(prog="python -m train.plot", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=prog("train.plot"), description=__doc__.split("\n")[0])
     parser.add_argument("run_dir")
     parser.add_argument("--out", default=None, help="PNG file to write (default RUN_DIR/curves.png)")
     args = parser.parse_args(argv)

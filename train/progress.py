@@ -11,6 +11,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from minflux.files import write_atomically
+
 
 def progress_bar(**kwargs) -> tqdm:
     """A tqdm bar on stderr that is disabled when stderr is not a terminal.
@@ -46,6 +48,8 @@ def configure_logging(log_file: str | Path | None = None, level: int = logging.I
     console.setLevel(level)
     handlers = [console]
     if log_file is not None:
+        if not Path(log_file).is_file():
+            write_atomically(log_file, "")  # created 0644 whatever the umask
         file = logging.FileHandler(log_file, encoding="utf-8")
         file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         file.setLevel(logging.DEBUG)

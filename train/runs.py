@@ -8,12 +8,18 @@ A run directory (``runs/<name>-<date>-<time>`` unless ``--out`` says otherwise) 
     checkpoints/latest.h5  written every train.checkpoint_every steps, at each validation and on exit
     checkpoints/best.h5    the parameters with the best validation bits per character so far
     sample.txt             the sample printed at the end
+    .lock                  held (flock) by the process training into the directory; holds its pid
+
+Checkpoints are private to their owner (0600); every other file is 0644.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import fcntl
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,8 +29,11 @@ import minflux as mf
 from minflux.backend import DeviceError
 from minflux.device import resolve_device
 
-from .config import Config, ModelConfig, load_config
+from minflux.files import remove_temporaries, write_atomically
+
+from .config import Config, ModelConfig, dump_toml, load_config, parse_config
 from .data import Vocabulary, load_corpus
+from .resume import patched_toml
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +60,66 @@ class RunDir:
         self.latest = self.checkpoints / "latest.h5"
         self.best = self.checkpoints / "best.h5"
         self.sample = self.path / "sample.txt"
+        self.lock = self.path / ".lock"
 
     def create(self) -> "RunDir":
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         return self
+
+    @contextlib.contextmanager
+    def locked(self):
+        """Hold the directory's lock for the block (a second holder gets a `RunError` naming our pid).
+
+        Creates the directory; if it was created here and the block ends before the run wrote its
+        config.toml, it is removed again. Temporary files that interrupted writes left are removed.
+
+        >>> import tempfile, pathlib
+        >>> run = RunDir(pathlib.Path(tempfile.mkdtemp()) / "r")
+        >>> with run.locked():
+        ...     with run.locked():
+        ...         pass
+        Traceback (most recent call last):
+        ...
+        train.runs.RunError: ...r is in use by another run (pid ...); wait for it to finish, or ...
+        """
+        created = not self.path.exists()
+        self.create()
+        fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise RunError(f"{self} is in use by another run (pid {holder}); wait for it to finish, or "
+                           f"train into another --out") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            removed = remove_temporaries(self.path) + remove_temporaries(self.checkpoints)
+            if removed:
+                log.info("removed %d temporary file(s) left by an interrupted write: %s", len(removed),
+                         ", ".join(p.name for p in removed))
+            yield self
+        finally:
+            if created and not self.config.is_file():
+                with contextlib.suppress(OSError):
+                    self.lock.unlink()
+                    self.checkpoints.rmdir()
+                    self.path.rmdir()
+            os.close(fd)
+
+    def write_config(self, cfg: Config, source: str = "") -> None:
+        """Write ``cfg`` to config.toml: a fresh file, or the existing one with changed values only
+        (so its comments stay)."""
+        if self.config.is_file():
+            text = self.config.read_text(encoding="utf-8")
+            if parse_config(text, str(self.config)) == cfg:
+                return
+            text = patched_toml(text, cfg)
+        else:
+            text = (f"# The resolved config of this run{f' ({source})' if source else ''}. --resume reads "
+                    f"it; see the README for the keys\n# that may change on resume.\n" + dump_toml(cfg))
+        write_atomically(self.config, text)
 
     def checkpoint(self, name: str) -> Path:
         """``best`` or ``latest``, or a path to any checkpoint file."""
@@ -131,9 +196,12 @@ def build_model(cfg: ModelConfig, vocab_size: int, rng: np.random.Generator):
 
 
 def corpus_for(cfg: Config):
-    """The corpus of ``cfg.data`` (through the token cache)."""
+    """The corpus of ``cfg.data`` (through the token cache); unusable data files are a `RunError`."""
     d = cfg.data
-    return load_corpus(d.corpus, d.path, d.encoding, tuple(d.split), d.cache_dir or None)
+    try:
+        return load_corpus(d.corpus, d.path, d.encoding, tuple(d.split), d.cache_dir or None)
+    except ValueError as exc:  # not UTF-8, a malformed file, too short for its splits...
+        raise RunError(f"data: {exc}") from None
 
 
 @dataclass
@@ -158,10 +226,14 @@ class OpenRun:
 
 
 def open_run(path: str | Path, checkpoint: str = "best", device: str = "auto") -> OpenRun:
-    """Reopen run directory ``path`` with its ``checkpoint`` (``best``, ``latest`` or a file)."""
-    from .checkpoint import load_checkpoint, read_meta
+    """Reopen run directory ``path`` with its ``checkpoint`` (``best``, ``latest`` or a file).
 
+    The model is built as the checkpoint's own config describes it (so an edited config.toml cannot
+    make it unloadable); everything else comes from the run's config.toml.
+    """
     run = RunDir(path)
+    if not run.path.is_dir():
+        raise RunError(f"no run directory {path}; runs are written by python -m train (see --out)")
     if not run.config.is_file():
         raise RunError(f"{path} is not a run directory (no config.toml); runs are written by "
                        "python -m train (see --out)")
@@ -171,10 +243,14 @@ def open_run(path: str | Path, checkpoint: str = "best", device: str = "auto") -
         file = run.latest
     if not file.is_file():
         raise RunError(f"no checkpoint {file} in {path}; the run stopped before its first checkpoint")
-    meta = read_meta(file)
+    meta = mf.io.read(file).meta
+    if "vocabulary" not in meta:
+        raise mf.io.CheckpointError(f"{file} has no vocabulary in its metadata; it was not written by "
+                                    "python -m train")
     vocab = Vocabulary.from_json(meta["vocabulary"])
-    model = build_model(cfg.model, len(vocab), np.random.default_rng(0))
-    load_checkpoint(file, model)
+    trained = parse_config(meta["config"], f"{file} (its config)") if "config" in meta else cfg
+    model = build_model(trained.model, len(vocab), np.random.default_rng(0))
+    mf.load(file, model=model)
     device = pick_device(device)
     model = mf.to_device(model, device)
     if hasattr(model, "slope") and "slope" in meta:

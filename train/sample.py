@@ -15,6 +15,7 @@ import numpy as np
 
 import minflux as mf
 
+from .cli import command, prog
 from .data import Vocabulary
 
 
@@ -73,11 +74,12 @@ def generate(model, vocab: Vocabulary, prime: str = "", length: int = 200, tempe
     return vocab.decode(out)
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     """Command line: print generated text from a run; returns the exit status."""
-    from .runs import add_run_arguments, open_run
+    from .runs import RunError, add_run_arguments, open_run
 
-    parser = argparse.ArgumentParser(prog="python -m train.sample", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=prog("train.sample"), description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", help="a run directory written by python -m train")
     parser.add_argument("--prime", default=None, help="text to start from (default: the config's)")
     parser.add_argument("--length", type=int, default=None, help="characters to generate")
@@ -86,9 +88,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: fresh)")
     add_run_arguments(parser)
     args = parser.parse_args(argv)
+    if args.length is not None and args.length < 0:
+        parser.error(f"--length must be >= 0, got {args.length}")
+    if args.temperature is not None and args.temperature < 0:
+        parser.error(f"--temperature must be >= 0 (0: always the most likely character), got "
+                     f"{args.temperature}")
     run = open_run(args.run_dir, args.checkpoint, args.device)
     s = run.cfg.sample
     prime = s.prime if args.prime is None else args.prime
+    try:
+        prime_tokens(run.vocab, prime)
+    except ValueError as exc:
+        raise RunError(f"--prime: {exc}") from None
     text = generate(run.model, run.vocab, prime, s.length if args.length is None else args.length,
                     s.temperature if args.temperature is None else args.temperature,
                     np.random.default_rng(args.seed), run.device)

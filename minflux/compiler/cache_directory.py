@@ -20,6 +20,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from ..files import remove_temporaries
+
 log = logging.getLogger(__name__)
 
 _checked: dict[Path, Path] = {}
@@ -69,24 +71,6 @@ def _private_fallback(reason: str) -> Path:
     return directory
 
 
-def _remove_leftovers(directory: Path) -> None:
-    """Delete temporary files of interrupted writes (``.<name>.<pid>-<thread>.tmp``) of dead processes."""
-    for tmp in directory.glob(".*.tmp"):
-        pid = tmp.name.rsplit(".", 2)[-2].split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            tmp.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def kernel_directory(directory: str | os.PathLike | None = None) -> Path:
     """The directory kernels are read from and written to (default ``cache_dir() / "kernels"``).
 
@@ -104,7 +88,7 @@ def kernel_directory(directory: str | os.PathLike | None = None) -> Path:
     except OSError as e:
         reason = f"{directory} cannot be used ({e.strerror or e})"
     if reason is None:
-        _remove_leftovers(directory)
+        remove_temporaries(directory, only_dead_writers=True)
         found = directory
     else:
         found = _private_fallback(reason)

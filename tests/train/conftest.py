@@ -9,7 +9,8 @@ import train.runs
 class TinyLM:
     """A one-layer tanh RNN language model: ``model(tokens, state) -> (logits, state, boundaries)``.
 
-    Its "boundary" is whether the first hidden unit is positive, so boundary plumbing is exercised.
+    Its "boundary" is whether the first hidden unit is positive, so boundary plumbing is exercised, and
+    its pre-activations are scaled by ``slope``, so slope annealing changes what it computes.
     """
 
     def __init__(self, vocab_size, *, embed_size=8, hidden_sizes=(16,), output_embed_size=None, rng,
@@ -29,7 +30,7 @@ class TinyLM:
         h = state[0]["h"]
         steps = []
         for x in mf.unstack(mf.take(self.E, tokens, axis=0), axis=1):
-            h = mf.tanh(x + mf.matmul(h, self.W))
+            h = mf.tanh((x + mf.matmul(h, self.W)) * self.slope)
             steps.append(h)
         hs = mf.stack(steps, axis=1)
         logits = mf.matmul(hs, self.O) + self.b

@@ -113,3 +113,42 @@ def test_bad_overrides_are_errors(override, pattern):
 def test_dump_is_valid_toml_with_every_section():
     data = tomllib.loads(dump_toml(load_config("hmlstm_ptb")))
     assert set(data) == {"name", "data", "model", "optim", "train", "sample"}
+
+
+@pytest.mark.parametrize("override, message", [
+    ("optim.lr=0", "optim.lr must be > 0.0, got 0.0"),
+    ("optim.lr=-0.1", "optim.lr must be > 0.0, got -0.1"),
+    ("optim.clip_norm=-1", r"optim.clip_norm must be >= 0.0 \(0: no clipping\), got -1.0"),
+    ("optim.plateau_factor=1", r"optim.plateau_factor must be > 1.0 \(the learning rate is divided by it\)"),
+    ("optim.plateau_factor=0.5", "optim.plateau_factor must be > 1.0"),
+    ("train.checkpoint_every=0", "train.checkpoint_every must be >= 1, got 0"),
+    ("train.log_every=0", "train.log_every must be >= 1, got 0"),
+    ("train.eval_every=-5", r"train.eval_every must be >= 0 \(0: once per epoch\), got -5"),
+    ("train.epochs=0", "train.epochs must be >= 1, got 0"),
+    ("train.max_steps=-1", r"train.max_steps must be >= 0 \(0: no limit other than epochs\)"),
+    ("train.batch_size=0", "train.batch_size must be >= 1"),
+    ("model.hidden_sizes=[32, 0]", r"model.hidden_sizes\[1\] must be >= 1, got 0"),
+    ("model.hidden_sizes=[]", "model.hidden_sizes must not be empty"),
+    ("model.embed_size=0", "model.embed_size must be >= 1"),
+    ("sample.temperature=-0.5", "sample.temperature must be >= 0.0"),
+    ("sample.length=-1", "sample.length must be >= 0, got -1"),
+])
+def test_nonsense_values_are_refused_at_load_with_the_key(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
+
+
+def test_nonsense_values_in_a_file_name_the_file(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[train]\nlog_every = 0\n")
+    with pytest.raises(ConfigError, match=f"{path}: train.log_every must be >= 1"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe[\x00t\x00", b"\x89PNG\r\n\x1a\n\x00\x00"])
+def test_a_binary_config_is_a_one_line_error(tmp_path, content):
+    path = tmp_path / "binary.toml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)

@@ -1,0 +1,44 @@
+"""Run ``python -m train`` with the stand-in model in a child process: ``python run_tiny.py ARGS...``.
+
+``RUN_TINY_STEP_SECONDS`` slows every step down (so a test can kill the process mid-run);
+``RUN_TINY_FSIZE`` sets RLIMIT_FSIZE (bytes) once training has started, with SIGXFSZ ignored, so a
+write past it fails the way a full disk does.
+"""
+import os
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+
+
+def slow_step(real):
+    def step(self, window):
+        time.sleep(float(os.environ["RUN_TINY_STEP_SECONDS"]))
+        return real(self, window)
+    return step
+
+
+def limited_fit(real):
+    def fit(self):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        limit = int(os.environ["RUN_TINY_FSIZE"])
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+        return real(self)
+    return fit
+
+
+if __name__ == "__main__":  # only as a program: importing this file changes nothing
+    sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
+    import conftest
+    import train.runs
+    from train.__main__ import main
+    from train.loop import Trainer
+
+    train.runs.MODEL_BUILDERS["hmlstm"] = lambda cfg, vocab_size, **common: conftest.TinyLM(vocab_size,
+                                                                                            **common)
+    if os.environ.get("RUN_TINY_STEP_SECONDS"):
+        Trainer.train_step = slow_step(Trainer.train_step)
+    if os.environ.get("RUN_TINY_FSIZE"):
+        Trainer.fit = limited_fit(Trainer.fit)
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,67 @@
+"""What the command-line tools share: expected errors as one line on stderr and an exit status.
+
+An expected error (a wrong config, a missing or damaged run or checkpoint, text outside the
+vocabulary, a full disk, a diverged run) prints ``error: <what is wrong and how to fix it>`` and exits
+with status 1; Ctrl-C exits with 130. Anything else is a bug and keeps its traceback.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+from minflux.files import FileWriteError
+from minflux.io import CheckpointError, CheckpointMismatch
+
+from .config import ConfigError
+from .data import DatasetNotFoundError
+from .divergence import TrainingDiverged
+from .runs import RunError
+
+EXPECTED = (ConfigError, RunError, CheckpointError, DatasetNotFoundError, FileWriteError, TrainingDiverged)
+
+
+def one_line(exc: BaseException) -> str:
+    """The message of ``exc`` on one line (a list of checkpoint mismatches shows its first entry).
+
+    >>> one_line(CheckpointMismatch("c.h5 does not match (2 problems):\\n  - model array W: ...\\n  - b"))
+    'c.h5 does not match (2 problems); first: model array W: ...'
+    """
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    lines = [line[2:] if line.startswith("- ") else line for line in lines]
+    if not lines:
+        return type(exc).__name__
+    if isinstance(exc, CheckpointMismatch) and len(lines) > 1:
+        return f"{lines[0].rstrip(':')}; first: {lines[1]}"
+    return "; ".join(lines)
+
+
+def prog(module: str) -> str:
+    """The program name for help texts: the console script's name, or ``python -m <module>``."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return name if name.startswith("minflux-") else f"python -m {module}"
+
+
+def command(main):
+    """Decorate a tool's ``main(argv) -> int`` so expected errors become one line and status 1.
+
+    >>> @command
+    ... def main(argv=None):
+    ...     raise RunError("no run directory runs/x")
+    >>> main([])
+    1
+    """
+    @functools.wraps(main)
+    def wrapper(argv: list[str] | None = None) -> int:
+        try:
+            return main(argv)
+        except DatasetNotFoundError as exc:  # its message lists where it looked, one place a line
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except EXPECTED as exc:
+            print(f"error: {one_line(exc)}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+    return wrapper

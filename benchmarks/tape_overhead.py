@@ -50,11 +50,11 @@ def minflux_chain(p):
 
 def count_ops(params) -> int:
     """The number of nodes the chain records on the tape."""
-    from minflux.autograd import Tape, _recording
+    from minflux.autograd import Tape, recording
     from minflux.tree import map_arrays
 
     tape = Tape()
-    with _recording(tape):
+    with recording(tape):
         minflux_chain(map_arrays(lambda a: mf.Tensor(a, tape, tape.new_slot()), params))
     return len(tape.nodes)
 

@@ -23,6 +23,7 @@ from .ops import (all, any, arange, argmax, argmin, binary_cross_entropy_with_lo
                   take_along_axis, tensordot, tile, transpose, unstack, var, zeros, zeros_like)
 from .ops.broadcasting import sum_to
 from .pointwise.functions import broadcast, elementwise, scalar_rule
+from .pointwise.lazy import fusion_stats, set_fusion
 from .pointwise.primitives import (abs, acos, acosh, add, asin, asinh, atan, atan2, atanh, ceil, clip, cos,
                                    cosh, divide, equal, exp, expm1, floor, floor_divide, greater,
                                    greater_equal, hypot, less, less_equal, log, log1p, log2, log10,
@@ -40,13 +41,13 @@ __all__ = [
     "binary_cross_entropy_with_logits", "broadcast", "broadcast_to", "ceil", "clip", "concatenate", "cos",
     "cosh", "cross_entropy", "cumsum", "default_dtype", "divide", "dot", "einsum", "elementwise", "equal",
     "exp", "expand_dims", "expm1", "flatten", "flip", "floor", "floor_divide", "from_dlpack", "full",
-    "full_like", "get_array_module", "get_elementwise_backend", "getitem", "gpu_available", "gradient",
+    "full_like", "fusion_stats", "get_array_module", "get_elementwise_backend", "getitem", "gpu_available", "gradient",
     "greater", "greater_equal", "hypot", "is_array", "isfinite", "isnan", "kl_divergence", "less",
     "less_equal", "load", "log", "log10", "log1p", "log2", "log_softmax", "logical_and", "logical_not",
     "logical_or", "logsumexp", "matmul", "max", "maximum", "mean", "min", "minimum", "mod", "moveaxis",
     "mse", "multiply", "negative", "nll", "nn", "no_grad", "no_host_transfers", "norm", "not_equal",
     "one_hot", "ones", "ones_like", "optim", "outer", "pad", "power", "prod", "relu", "repeat", "reshape",
-    "roll", "round", "save", "scalar_rule", "set_default_dtype", "set_elementwise_backend", "sigmoid",
+    "roll", "round", "save", "scalar_rule", "set_default_dtype", "set_elementwise_backend", "set_fusion", "sigmoid",
     "sign", "sin", "sinh", "softmax", "softplus", "split", "sqrt", "squeeze", "stack", "std",
     "stop_gradient", "subtract", "sum", "sum_to", "swapaxes", "take", "take_along_axis", "tan", "tanh",
     "tensordot", "tile", "to_device", "to_numpy", "transpose", "tree", "trunc", "unstack", "var", "where",

@@ -20,18 +20,28 @@ _local = threading.local()
 
 
 class Tape:
-    """The record of one gradient computation: a list of nodes and a slot counter.
+    """The record of one gradient computation: a list of nodes, a slot counter, and weak references
+    to the deferred Tensors made on it (computed before the backward pass).
 
     >>> tape = Tape()
     >>> tape.new_slot(), tape.new_slot(), len(tape.nodes)
     (1, 2, 0)
     """
 
-    __slots__ = ("nodes", "slots", "__weakref__")
+    __slots__ = ("nodes", "slots", "deferred", "__weakref__")
 
     def __init__(self):
         self.nodes: list[Node] = []
         self.slots = 0
+        self.deferred: list = []
+
+    def compute_deferred(self) -> None:
+        """Compute every deferred Tensor of this tape that is still alive."""
+        deferred, self.deferred = self.deferred, []
+        for ref in deferred:
+            t = ref()
+            if t is not None and t._pending is not None:
+                t.value
 
     def new_slot(self) -> int:
         self.slots += 1
@@ -74,7 +84,14 @@ def active_tape() -> Tape | None:
 
 
 @contextlib.contextmanager
-def _recording(tape: Tape | None):
+def recording(tape: Tape | None):
+    """A context in which ``tape`` records (None: nothing records), e.g. to compute a deferred value
+    on the tape it was made on.
+
+    >>> with recording(None):
+    ...     active_tape() is None
+    True
+    """
     stack = _stack()
     stack.append(tape)
     try:
@@ -94,7 +111,7 @@ def no_grad():
     >>> mf.gradient(f, np.ones(2))[0]
     array([2., 2.])
     """
-    return _recording(None)
+    return recording(None)
 
 
 def stop_gradient(x):
@@ -167,6 +184,9 @@ def record(name: str, value, args: Sequence[Any], vjp: Callable, multi: bool = F
     tape = stack[-1] if stack else None
     if tape is None:
         return _untracked(value, args)
+    for a in args:
+        if a.__class__ is Tensor and a._pending is not None:
+            a.value  # a deferred argument gets its slot when it is computed
     in_slots = tuple([a._slot if isinstance(a, Tensor) and a._tape is tape else 0 for a in args])
     if not any(in_slots):
         return _untracked(value, args)
@@ -339,9 +359,10 @@ def withgradient(f: Callable, *args):
         wrapped_leaves[id(leaf)] = (leaf, tracked)
         return tracked
 
-    with np.errstate(all="ignore"), _recording(tape):
+    with np.errstate(all="ignore"), recording(tape):
         targs = map_arrays(wrap, tuple(args), trainable_only=True)  # one walk: tied arrays map once
         out = f(*targs)
+        tape.compute_deferred()
     loss, whole = _split_output(out)
     if not isinstance(loss, Tensor) and not is_array(loss) and not isinstance(loss, (int, float, np.number)):
         raise TypeError(f"gradient needs f to return a scalar loss (or a tuple whose first element is "

@@ -2,6 +2,10 @@
 
 This module imports nothing else of minflux: the operators, conversions and array methods of Tensor
 are installed by `minflux._operators` when the package is imported.
+
+Inside `mf.gradient`, an elementwise operation returns a *deferred* Tensor: it knows its shape and
+dtype, and holds the pending expression (`minflux.pointwise.lazy`) instead of a value. Reading
+``value`` computes the whole pending expression in one fused kernel.
 """
 from __future__ import annotations
 
@@ -19,20 +23,43 @@ class Tensor:
     array([4., 7.])
     """
 
-    __slots__ = ("value", "_tape", "_slot", "__weakref__")
+    __slots__ = ("_value", "_pending", "_tape", "_slot", "__weakref__")
     __array_ufunc__ = None  # so that `ndarray + Tensor` defers to Tensor.__radd__
     __array_priority__ = 1000
 
     def __init__(self, value, tape=None, slot: int = 0):
-        self.value = value
+        self._value = value
+        self._pending = None
         self._tape = tape
         self._slot = slot
 
+    @property
+    def value(self):
+        """The array (computing a deferred Tensor's pending expression first)."""
+        if self._pending is not None:
+            self._pending.compute(self)
+        return self._value
+
+    @property
+    def is_deferred(self) -> bool:
+        """True while the value is a pending elementwise expression, not yet computed."""
+        return self._pending is not None
+
     # -- array protocol ------------------------------------------------------------------------
-    shape = property(lambda self: self.value.shape, doc="The shape of the value.")
-    dtype = property(lambda self: self.value.dtype, doc="The dtype of the value.")
-    ndim = property(lambda self: self.value.ndim, doc="The number of dimensions.")
-    size = property(lambda self: self.value.size, doc="The number of elements.")
+    @property
+    def shape(self) -> tuple:
+        """The shape of the value (known without computing a deferred value)."""
+        pending = self._pending
+        return pending.shape if pending is not None else self._value.shape
+
+    @property
+    def dtype(self):
+        """The dtype of the value (known without computing a deferred value)."""
+        pending = self._pending
+        return pending.dtype if pending is not None else self._value.dtype
+
+    ndim = property(lambda self: len(self.shape), doc="The number of dimensions.")
+    size = property(lambda self: _prod(self.shape), doc="The number of elements.")
 
     def __len__(self):
         return len(self.value)
@@ -54,10 +81,24 @@ class Tensor:
         tracked = ", tracked" if self._tape is not None else ""
         return f"Tensor({self.value!r}{tracked})"
 
+    @classmethod
+    def deferred(cls, pending, tape) -> "Tensor":
+        """A Tensor whose value is ``pending`` (an object with ``shape``, ``dtype`` and ``compute``)."""
+        t = cls(None, tape)
+        t._pending = pending
+        return t
+
     def __setitem__(self, index, value):
         raise TypeError(
             "Tensors are immutable inside a gradient computation: `t[i] = v` would silently lose the "
             "gradient. Build the result instead, e.g. with mf.where(mask, v, t) or mf.concatenate.")
+
+
+def _prod(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def unwrap(x):

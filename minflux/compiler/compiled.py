@@ -163,6 +163,34 @@ def compiled(fn: Callable) -> CompiledFunction:
     return entry
 
 
+_from_ir: dict = {}
+
+
+def compiled_ir(key, build: Callable[[], Function]) -> CompiledFunction:
+    """The compiled function of an IR built by ``build()`` (untyped, as the frontend makes it),
+    memoised by ``key``: a canonical description of that IR (the fusion of pending expressions
+    uses it for structures it has written itself, with no Python source behind them).
+
+    >>> from minflux.compiler.ir import Assign, Call, Return, Var
+    >>> ir = lambda: Function("double", ["a"], [Assign("t0", Call("add", (Var("a"), Var("a")))),
+    ...                                          Return((Var("t0"),))], temps={"t0"})
+    >>> cf = compiled_ir(("double",), ir)
+    >>> cf is compiled_ir(("double",), ir), cf.run([np.ones(2)], ("f",), np.float64, (), (2,))[1]
+    (True, [array([2., 2.])])
+    """
+    cf = _from_ir.get(key)
+    if cf is None:
+        function = build()
+        cf = _from_ir[key] = CompiledFunction(None, Parsed(function, []))
+        cf.name = function.name
+    return cf
+
+
+def is_compiled_ir(key) -> bool:
+    """Whether `compiled_ir` has built ``key`` in this process."""
+    return key in _from_ir
+
+
 def primal(fn: Callable, *values):
     """``fn`` broadcast over ``values`` (arrays or numbers) with no partials: its outputs only.
 

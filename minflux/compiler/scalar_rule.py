@@ -20,6 +20,9 @@ from .kinds import infer_kinds
 from .rules import define
 
 
+RULES: dict[str, "ScalarRule"] = {}  # derivative-table name -> rule, for code that emits calls to it
+
+
 class ScalarRule:
     """The compiler's side of `mf.scalar_rule`: the table row and the function's typed subroutine.
 
@@ -38,6 +41,7 @@ class ScalarRule:
         self.op = f"{fn.__module__}.{fn.__qualname__}"
         self._subroutines: dict | None = None
         define(self.op, self.impl, *self.partials, doc=fn.__doc__ or "")
+        RULES[self.op] = self
 
     def impl(self, xp, *args):
         """The function's value on arrays: its primal kernel."""

@@ -7,70 +7,29 @@ as that primitive.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..autograd import active_tape
-from ..backend import get_array_module
-from ..compiler.rules import TABLE, ArrayMath
-from ..tensor import Tensor, unwrap
-from .node import broadcast_node
-
-
-_MATH: dict = {}
-
-
-def _math(xp) -> ArrayMath:
-    m = _MATH.get(xp)
-    if m is None:
-        m = _MATH[xp] = ArrayMath(xp)
-    return m
+from ..compiler.rules import TABLE
+from .eager import apply_primitive_now
+from .lazy import defer
 
 
 def apply_primitive(name: str, *args):
     """Broadcast primitive ``name`` of the derivative table over ``args``.
 
-    The forward pass is the primitive's array implementation; when an argument is tracked, the
-    table's partials for it are evaluated on the same arrays and recorded with the outputs as one
-    broadcast node.
+    Inside a gradient computation, with an argument tracked on the tape, the result is a deferred
+    Tensor that fuses with the elementwise ops around it (`minflux.pointwise.lazy`); otherwise the
+    primitive runs now (`apply_primitive_now`).
 
     >>> import numpy as np
     >>> apply_primitive("maximum", np.array([1.0, 3.0]), 2.0)
     array([2., 3.])
     """
-    prim = TABLE[name]
-    if len(args) != prim.arity:
-        raise TypeError(f"mf.{name} takes {prim.arity} arguments, got {len(args)}")
-    values = [unwrap(a) for a in args]
-    xp = get_array_module(*values, op=f"mf.{name}")
-    try:
-        y = prim.impl(xp, *values)
-    except ValueError as e:  # numpy's broadcast error lacks the op's name
-        shapes = [tuple(np.shape(v)) for v in values]
-        try:
-            np.broadcast_shapes(*shapes)
-        except ValueError:
-            raise ValueError(f"mf.{name}: cannot broadcast shapes {' and '.join(map(str, shapes))}") from e
-        raise
     tape = active_tape()
-    wanted = () if tape is None else [
-        k for k, a in enumerate(args)
-        if isinstance(a, Tensor) and a._tape is tape and prim.partials[k] is not None]
-    if not wanted:
-        for a in args:
-            if isinstance(a, Tensor):
-                return Tensor(y)
-        return y
-    rules, m = prim.partials, _math(xp)
-    partials = {(0, k): _as_dtype(rules[k](m, *values, y), y) for k in wanted}
-    return broadcast_node(name, args, (y,), partials)
-
-
-def _as_dtype(partial, y):
-    """Indicator partials (``where(c, 1.0, 0.0)``) come out float64; keep float32 gradients float32."""
-    dtype = getattr(partial, "dtype", None)
-    if dtype is not None and dtype != y.dtype and y.dtype.kind == "f":
-        return partial.astype(y.dtype)
-    return partial
+    if tape is not None:
+        deferred = defer(name, args, tape)
+        if deferred is not None:
+            return deferred
+    return apply_primitive_now(name, *args)
 
 
 def _op(name: str, doc: str):

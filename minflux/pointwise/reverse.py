@@ -16,7 +16,7 @@ from ..backend import get_array_module
 from ..compiler.dtypes import kind_dtype
 from ..compiler.numpy_backend import ArrayOps, evaluate
 from ..tensor import Tensor, unwrap
-from .primitives import apply_primitive
+from .eager import apply_primitive_now
 
 
 class _TapeOps(ArrayOps):
@@ -25,10 +25,10 @@ class _TapeOps(ArrayOps):
     def call(self, op, args):
         if op in ("float", "int"):
             return ArrayOps.call(self, op, [unwrap(a) for a in args])
-        return apply_primitive(op, *args)
+        return apply_primitive_now(op, *args)
 
     def select(self, mask, new, old):
-        return apply_primitive("where", mask, new, old)
+        return apply_primitive_now("where", mask, new, old)
 
     def truth(self, value):
         return ArrayOps.truth(self, unwrap(value))
@@ -46,7 +46,7 @@ def run_reverse(cf, args, arrays, kinds, float_dtype, shape):
         value = unwrap(out)
         if tuple(np.shape(value)) != shape:
             dtype = kind_dtype(kind, float_dtype)
-            out = apply_primitive("add", out, xp.zeros(shape, dtype)) if kind == "f" else \
+            out = apply_primitive_now("add", out, xp.zeros(shape, dtype)) if kind == "f" else \
                 xp.broadcast_to(xp.asarray(value, dtype), shape).copy()
         elif not isinstance(out, Tensor) and not hasattr(out, "shape"):
             out = xp.asarray(out)

@@ -107,10 +107,10 @@ def test_unstack_gradient_with_missing_steps():
 
 
 def test_iterating_a_tensor_is_one_unstack_node():
-    from minflux.autograd import Tape, _recording
+    from minflux.autograd import Tape, recording
 
     tape = Tape()
-    with _recording(tape):
+    with recording(tape):
         x = mf.Tensor(np.ones((5, 2)), tape, tape.new_slot())
         steps = list(x)
     assert len(steps) == 5 and [n.name for n in tape.nodes] == ["unstack"]

@@ -1,0 +1,302 @@
+"""Deferred elementwise values: ordinary array expressions fuse into one mixed-mode kernel by themselves.
+
+Inside `mf.gradient`, an elementwise op (an operator, ``mf.<primitive>``, ``mf.where``, a comparison,
+a `scalar_rule` function) with an argument tracked on the tape does not run: it returns a deferred
+Tensor that knows its shape and dtype at once (a shape error still points at the line that caused
+it) and holds the pending expression. The first consumer that needs the contents -- a structural op,
+a conversion, printing, ``bool()``, the end of the `gradient` call -- computes the whole pending
+expression DAG as ONE scalar function through the compiler: one pass over memory gives the value and
+the partials with respect to the differentiable leaves, recorded as one tape node. Subexpressions
+shared inside one DAG are computed once; a deferred value that is never used costs nothing.
+
+Compiling a new structure takes a second or more, so an expression is evaluated op by op (one tape
+node per op, as without fusion) until its structure -- primitives, constants, leaf kinds and dtypes,
+which leaves are differentiated -- has been seen ``compile_after`` times (default 2; the kernel is
+then also on disk for later processes). A training loop is fused from its second step on. A pending
+expression is computed early when it would exceed ``max_nodes`` primitives or ``max_leaves`` leaves,
+which keeps every kernel's compile time bounded. ``MINFLUX_FUSION=0`` (or `set_fusion`) turns fusion
+off; `fusion_stats` says what was deferred, fused and compiled.
+
+>>> import minflux as mf, numpy as np
+>>> x, y, z = np.ones(4), np.full(4, 2.0), np.zeros(4)
+>>> loss = lambda x, y, z: mf.sum(x * y + mf.tanh(z) * 0.375)
+>>> _ = mf.fusion_stats(reset=True)
+>>> for step in range(2):     # step 0 runs op by op, step 1 compiles the structure and fuses it
+...     grads = mf.gradient(loss, x, y, z)
+>>> stats = mf.fusion_stats()
+>>> stats["op_by_op"], stats["fused_launches"], stats["fused_ops"]
+(4, 1, 4)
+>>> grads
+(array([2., 2., 2., 2.]), array([1., 1., 1., 1.]), array([0.375, 0.375, 0.375, 0.375]))
+"""
+from __future__ import annotations
+
+import os
+import weakref
+from collections import Counter
+
+import numpy as np
+
+from ..autograd import recording
+from ..backend import get_array_module
+from ..compiler.compiled import compiled_ir, is_compiled_ir, prepare
+from ..compiler.ir import Assign, Call, Const, Function, Return, Var, result_kind
+from ..compiler.rules import TABLE
+from ..compiler.scalar_rule import RULES
+from ..tensor import Tensor
+from .eager import apply_primitive_now
+from .node import broadcast_node
+
+__all__ = ["fusion_stats", "set_fusion"]
+
+_settings = {
+    "enabled": os.environ.get("MINFLUX_FUSION", "1").strip() not in ("0", "false", "no", "off"),
+    "compile_after": 2,
+    "max_nodes": 48,
+    "max_leaves": 12,
+}
+_stats: Counter = Counter()
+_seen: Counter = Counter()
+_SEEN_LIMIT = 4096
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def set_fusion(enabled: bool | None = None, compile_after: int | None = None,
+               max_nodes: int | None = None, max_leaves: int | None = None) -> dict:
+    """Change how elementwise expressions fuse; returns the previous settings (pass them back as
+    ``set_fusion(**old)`` to restore).
+
+    ``enabled`` turns deferral on or off (``MINFLUX_FUSION=0`` starts with it off); a structure is
+    compiled once it has been seen ``compile_after`` times (1: at once); pending expressions are
+    computed before they grow past ``max_nodes`` primitives or ``max_leaves`` leaves.
+
+    >>> import minflux as mf
+    >>> old = mf.set_fusion(enabled=False); mf.set_fusion(**old)["enabled"]
+    False
+    """
+    old = dict(_settings)
+    for name, value in (("enabled", enabled), ("compile_after", compile_after),
+                        ("max_nodes", max_nodes), ("max_leaves", max_leaves)):
+        if value is not None:
+            if name != "enabled" and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"set_fusion: {name} must be a positive int, got {value!r}")
+            _settings[name] = bool(value) if name == "enabled" else value
+    return old
+
+
+def fusion_stats(reset: bool = False) -> dict:
+    """Counts since the start (or the last reset): ``deferred`` ops, pending expressions ``computed``,
+    ``fused_launches`` (one kernel each) and the ``fused_ops`` they covered, ops evaluated
+    ``op_by_op`` (structures not yet compiled), ``kernels_built`` (new fused structures compiled) and
+    ``early`` computations forced by the size caps.
+
+    >>> import minflux as mf
+    >>> sorted(mf.fusion_stats())[:3]
+    ['computed', 'deferred', 'early']
+    """
+    keys = ("computed", "deferred", "early", "fused_launches", "fused_ops", "kernels_built", "op_by_op")
+    out = {k: _stats[k] for k in keys}
+    if reset:
+        _stats.clear()
+    return out
+
+
+class Pending:
+    """One deferred primitive: its table name, its arguments (Tensors, arrays or numbers) and what
+    the result will be (shape, dtype), plus the tape it records on and the Tensor it belongs to."""
+
+    __slots__ = ("op", "args", "shape", "dtype", "kind", "tape", "owner", "nodes", "leaves", "xp")
+
+    def compute(self, tensor: Tensor) -> None:
+        _compute(tensor, self)
+
+
+def _describe(a):
+    """(kind, dtype, pending) of an argument, or None when it cannot be part of a fused kernel."""
+    if isinstance(a, Tensor):
+        pending = a._pending
+        dtype = pending.dtype if pending is not None else getattr(a._value, "dtype", None)
+    elif isinstance(a, (bool, np.bool_)):
+        return "b", None, None
+    elif isinstance(a, (int, np.integer)):
+        return "i", None, None
+    elif isinstance(a, (float, np.floating)) and not hasattr(a, "shape"):
+        return "f", None, None
+    else:
+        pending, dtype = None, getattr(a, "dtype", None)
+    if dtype is None:
+        return None
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return "b", dtype, pending
+    if dtype.kind in "iu":
+        return "i", dtype, pending
+    if dtype in _FLOATS:
+        return "f", dtype, pending
+    return None
+
+
+def defer(name: str, args: tuple, tape) -> Tensor | None:
+    """A deferred Tensor for primitive ``name`` over ``args``, or None when it must run now (no
+    argument tracked on ``tape``, an argument a kernel cannot take, or fusion off)."""
+    if not _settings["enabled"] or not any(
+            isinstance(a, Tensor) and (a._tape is tape or a._pending is not None) for a in args):
+        return None
+    described = [_describe(a) for a in args]
+    if any(d is None or (d[2] is not None and d[2].tape is not tape) for d in described):
+        return None
+    prim = TABLE.get(name)
+    if prim is None or ("." in name and name not in RULES):
+        return None
+    nodes, leaves = 1, 0
+    for a, (_, _, pending) in zip(args, described):
+        if pending is not None:
+            nodes += pending.nodes
+            leaves += pending.leaves
+        elif isinstance(a, Tensor) or hasattr(a, "shape"):
+            leaves += 1
+    if nodes > _settings["max_nodes"] or leaves > _settings["max_leaves"]:
+        for a, (_, _, pending) in zip(args, described):
+            if pending is not None:
+                _stats["early"] += 1
+                a.value
+        return defer(name, args, tape)
+    shapes = [tuple(a.shape) if hasattr(a, "shape") else () for a in args]
+    try:
+        shape = tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ValueError(f"mf.{name}: cannot broadcast shapes {' and '.join(map(str, shapes))}") from None
+    xps = {p.xp for _, _, p in described if p is not None}
+    values = [a._value for a in args if isinstance(a, Tensor) and a._pending is None]
+    values += [a for a in args if not isinstance(a, Tensor) and hasattr(a, "shape")]
+    try:
+        xps.add(get_array_module(*values, op=f"mf.{name}"))
+    except Exception:
+        return None  # the op runs now and reports the mix of devices itself
+    if len(xps) > 1:
+        return None
+    kinds = [k for k, _, _ in described]
+    kind = result_kind(name, kinds)
+    floats = [d for k, d, _ in described if k == "f" and d is not None]
+    p = Pending()
+    p.op, p.args, p.shape, p.kind, p.tape, p.nodes, p.leaves = name, tuple(args), shape, kind, tape, nodes, leaves
+    p.xp = xps.pop()
+    p.dtype = (np.dtype(np.result_type(*floats)) if floats else np.dtype(np.float64)) if kind == "f" else \
+        np.dtype(np.int64) if kind == "i" else np.dtype(bool)
+    tracked = any(rule is not None and isinstance(a, Tensor) and a._tape is tape
+                  for rule, a in zip(prim.partials, args))
+    t = Tensor.deferred(p, tape if tracked else None)  # comparisons of tracked values are constants
+    p.owner = weakref.ref(t)
+    tape.deferred.append(p.owner)
+    _stats["deferred"] += 1
+    return t
+
+
+def _collect(root: Pending):
+    """The pending DAG under ``root`` in topological order, its leaves, and its canonical structure."""
+    order: list[Pending] = []
+    index: dict[int, int] = {}
+    leaves: list = []
+    leaf_index: dict[int, int] = {}
+    stack = [(root, False)]
+    while stack:
+        p, expanded = stack.pop()
+        if id(p) in index:
+            continue
+        if expanded:
+            index[id(p)] = len(order)
+            order.append(p)
+            continue
+        stack.append((p, True))
+        for a in p.args:
+            if isinstance(a, Tensor) and a._pending is not None and id(a._pending) not in index:
+                stack.append((a._pending, False))
+    nodes = []
+    for p in order:
+        refs = []
+        for a in p.args:
+            if isinstance(a, Tensor) and a._pending is not None:
+                refs.append(("n", index[id(a._pending)]))
+            elif isinstance(a, Tensor) or hasattr(a, "shape"):
+                k = leaf_index.get(id(a))
+                if k is None:
+                    k = leaf_index[id(a)] = len(leaves)
+                    leaves.append(a)
+                refs.append(("l", k))
+            else:
+                refs.append(("c", type(a).__name__, repr(a), a))
+        nodes.append((p.op, tuple(refs)))
+    tape = root.tape
+    leaf_keys = []
+    for a in leaves:
+        kind, dtype, _ = _describe(a)
+        tracked = isinstance(a, Tensor) and a._tape is tape and kind == "f"
+        leaf_keys.append((kind, dtype.str, tracked))
+    structure = (tuple((op, tuple(r[:3] for r in refs)) for op, refs in nodes), tuple(leaf_keys))
+    return order, nodes, leaves, structure
+
+
+def _build_ir(nodes: list, n_leaves: int) -> Function:
+    params = [f"a{k}" for k in range(n_leaves)]
+    body = []
+    subroutines: dict = {}
+    for i, (op, refs) in enumerate(nodes):
+        args = tuple(Var(f"t{r[1]}") if r[0] == "n" else Var(f"a{r[1]}") if r[0] == "l" else Const(_const(r[3]))
+                     for r in refs)
+        body.append(Assign(f"t{i}", Call(op, args)))
+        if op in RULES:
+            subroutines.update(RULES[op].subroutines())
+    body.append(Return((Var(f"t{len(nodes) - 1}"),)))
+    return Function("fused", params, body, temps={f"t{i}" for i in range(len(nodes))},
+                    subroutines=subroutines)
+
+
+def _const(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _compute(tensor: Tensor, root: Pending) -> None:
+    order, nodes, leaves, structure = _collect(root)
+    _stats["computed"] += 1
+    if not is_compiled_ir(structure):
+        if len(_seen) > _SEEN_LIMIT:
+            _seen.clear()
+        _seen[structure] += 1
+        if _seen[structure] < _settings["compile_after"]:
+            _op_by_op(order, tensor)
+            return
+        _stats["kernels_built"] += 1
+    cf = compiled_ir(structure, lambda: _build_ir(nodes, len(leaves)))
+    tape = root.tape
+    kinds, float_dtype, arrays, shape = prepare([a.value if isinstance(a, Tensor) else a for a in leaves],
+                                                "fused")
+    wrt = tuple(k for k, key in enumerate(structure[1]) if key[2])
+    dual, outs = cf.run(arrays, kinds, float_dtype, wrt, shape)
+    _stats["fused_launches"] += 1
+    _stats["fused_ops"] += len(nodes)
+    tensor._pending = None
+    if not wrt:
+        tensor._value = outs[0]
+        return
+    partials = dict(dual.constants)
+    for (m, k), array in zip(dual.slots, outs[1:]):
+        partials[(m, k)] = array
+    with recording(tape):
+        result = broadcast_node("fused", leaves, [outs[0]], partials, fresh=True)
+    tensor._value, tensor._slot = result._value, result._slot
+
+
+def _op_by_op(order: list, tensor: Tensor) -> None:
+    """Evaluate the DAG one primitive at a time (one tape node each, in topological order); every
+    deferred Tensor of it receives its value, so later uses do not compute it again."""
+    with recording(order[-1].tape):
+        for p in order:
+            result = apply_primitive_now(p.op, *p.args)
+            _stats["op_by_op"] += 1
+            owner = tensor if p is order[-1] else p.owner()
+            if owner is not None and owner._pending is p:
+                owner._pending = None
+                if isinstance(result, Tensor):
+                    owner._value, owner._slot = result._value, result._slot
+                else:
+                    owner._value = result

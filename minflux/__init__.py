@@ -23,7 +23,7 @@ from .ops import (all, any, arange, argmax, argmin, binary_cross_entropy_with_lo
                   take_along_axis, tensordot, tile, transpose, unstack, var, zeros, zeros_like)
 from .ops.broadcasting import sum_to
 from .pointwise.functions import broadcast, elementwise, scalar_rule
-from .pointwise.lazy import fusion_stats, set_fusion
+from .pointwise.lazy import fusion, fusion_stats, set_fusion
 from .pointwise.primitives import (abs, acos, acosh, add, asin, asinh, atan, atan2, atanh, ceil, clip, cos,
                                    cosh, divide, equal, exp, expm1, floor, floor_divide, greater,
                                    greater_equal, hypot, less, less_equal, log, log1p, log2, log10,
@@ -41,7 +41,7 @@ __all__ = [
     "binary_cross_entropy_with_logits", "broadcast", "broadcast_to", "ceil", "clip", "concatenate", "cos",
     "cosh", "cross_entropy", "cumsum", "default_dtype", "divide", "dot", "einsum", "elementwise", "equal",
     "exp", "expand_dims", "expm1", "flatten", "flip", "floor", "floor_divide", "from_dlpack", "full",
-    "full_like", "fusion_stats", "get_array_module", "get_elementwise_backend", "getitem", "gpu_available", "gradient",
+    "full_like", "fusion", "fusion_stats", "get_array_module", "get_elementwise_backend", "getitem", "gpu_available", "gradient",
     "greater", "greater_equal", "hypot", "is_array", "isfinite", "isnan", "kl_divergence", "less",
     "less_equal", "load", "log", "log10", "log1p", "log2", "log_softmax", "logical_and", "logical_not",
     "logical_or", "logsumexp", "matmul", "max", "maximum", "mean", "min", "minimum", "mod", "moveaxis",

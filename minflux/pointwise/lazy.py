@@ -31,6 +31,8 @@ off; `fusion_stats` says what was deferred, fused and compiled.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import weakref
 from collections import Counter
@@ -38,7 +40,7 @@ from collections import Counter
 import numpy as np
 
 from ..autograd import recording
-from ..backend import get_array_module
+from ..backend import is_cupy_array
 from ..compiler.compiled import compiled_ir, is_compiled_ir, prepare
 from ..compiler.ir import Assign, Call, Const, Function, Return, Var, result_kind
 from ..compiler.rules import TABLE
@@ -47,7 +49,7 @@ from ..tensor import Tensor
 from .eager import apply_primitive_now
 from .node import broadcast_node
 
-__all__ = ["fusion_stats", "set_fusion"]
+__all__ = ["fusion", "fusion_stats", "set_fusion"]
 
 _settings = {
     "enabled": os.environ.get("MINFLUX_FUSION", "1").strip() not in ("0", "false", "no", "off"),
@@ -84,6 +86,23 @@ def set_fusion(enabled: bool | None = None, compile_after: int | None = None,
     return old
 
 
+@contextlib.contextmanager
+def fusion(**settings):
+    """`set_fusion` for the duration of a block. A training step that must be computed the same way
+    whatever the process has compiled before (an exactly resumable run) fuses at once:
+
+    >>> import minflux as mf, numpy as np
+    >>> with mf.fusion(compile_after=1):
+    ...     mf.gradient(lambda x: mf.sum(x * 0.625 + 1.0), np.ones(2))[0]
+    array([0.625, 0.625])
+    """
+    old = set_fusion(**settings)
+    try:
+        yield
+    finally:
+        set_fusion(**old)
+
+
 def fusion_stats(reset: bool = False) -> dict:
     """Counts since the start (or the last reset): ``deferred`` ops, pending expressions ``computed``,
     ``fused_launches`` (one kernel each) and the ``fused_ops`` they covered, ops evaluated
@@ -105,7 +124,7 @@ class Pending:
     """One deferred primitive: its table name, its arguments (Tensors, arrays or numbers) and what
     the result will be (shape, dtype), plus the tape it records on and the Tensor it belongs to."""
 
-    __slots__ = ("op", "args", "shape", "dtype", "kind", "tape", "owner", "nodes", "leaves", "xp")
+    __slots__ = ("op", "args", "shape", "dtype", "kind", "tape", "owner", "members", "leaf_ids", "device")
 
     def compute(self, tensor: Tensor) -> None:
         _compute(tensor, self)
@@ -136,55 +155,77 @@ def _describe(a):
     return None
 
 
-def defer(name: str, args: tuple, tape) -> Tensor | None:
-    """A deferred Tensor for primitive ``name`` over ``args``, or None when it must run now (no
-    argument tracked on ``tape``, an argument a kernel cannot take, or fusion off)."""
-    if not _settings["enabled"] or not any(
-            isinstance(a, Tensor) and (a._tape is tape or a._pending is not None) for a in args):
-        return None
-    described = [_describe(a) for a in args]
-    if any(d is None or (d[2] is not None and d[2].tape is not tape) for d in described):
-        return None
-    prim = TABLE.get(name)
-    if prim is None or ("." in name and name not in RULES):
-        return None
-    nodes, leaves = 1, 0
-    for a, (_, _, pending) in zip(args, described):
-        if pending is not None:
-            nodes += pending.nodes
-            leaves += pending.leaves
-        elif isinstance(a, Tensor) or hasattr(a, "shape"):
-            leaves += 1
-    if nodes > _settings["max_nodes"] or leaves > _settings["max_leaves"]:
-        for a, (_, _, pending) in zip(args, described):
-            if pending is not None:
-                _stats["early"] += 1
-                a.value
-        return defer(name, args, tape)
-    shapes = [tuple(a.shape) if hasattr(a, "shape") else () for a in args]
+@functools.lru_cache(maxsize=1024)
+def _result(name: str, kinds: tuple, floats: tuple, shapes: tuple):
+    """(kind, dtype, shape) of primitive ``name`` over arguments of ``kinds`` / float ``floats`` / ``shapes``."""
     try:
         shape = tuple(np.broadcast_shapes(*shapes))
     except ValueError:
         raise ValueError(f"mf.{name}: cannot broadcast shapes {' and '.join(map(str, shapes))}") from None
-    xps = {p.xp for _, _, p in described if p is not None}
-    values = [a._value for a in args if isinstance(a, Tensor) and a._pending is None]
-    values += [a for a in args if not isinstance(a, Tensor) and hasattr(a, "shape")]
-    try:
-        xps.add(get_array_module(*values, op=f"mf.{name}"))
-    except Exception:
-        return None  # the op runs now and reports the mix of devices itself
-    if len(xps) > 1:
+    kind = result_kind(name, list(kinds))
+    if kind == "f":
+        dtype = np.dtype(np.result_type(*floats)) if floats else np.dtype(np.float64)
+    else:
+        dtype = np.dtype(np.int64) if kind == "i" else np.dtype(bool)
+    return kind, dtype, shape
+
+
+def defer(name: str, args: tuple, tape) -> Tensor | None:
+    """A deferred Tensor for primitive ``name`` over ``args``, or None when it must run now (no
+    argument tracked on ``tape`` or deferred, an argument a kernel cannot take, or fusion off)."""
+    if not _settings["enabled"]:
         return None
-    kinds = [k for k, _, _ in described]
-    kind = result_kind(name, kinds)
-    floats = [d for k, d, _ in described if k == "f" and d is not None]
+    prim = TABLE.get(name)
+    if prim is None or ("." in name and name not in RULES):
+        return None
+    kinds, floats, shapes, pendings = [], [], [], []
+    members, leaf_ids = set(), set()   # the DAG's distinct pending nodes and leaves, for the caps
+    involved = tracked = False
+    where = None
+    for a, rule in zip(args, prim.partials):
+        described = _describe(a)
+        if described is None:
+            return None
+        kind, dtype, pending = described
+        kinds.append(kind)
+        if dtype is not None:
+            shapes.append(a.shape)
+            if kind == "f":
+                floats.append(dtype)
+        else:
+            shapes.append(())
+        if pending is not None:
+            if pending.tape is not tape:
+                return None
+            involved = True
+            pendings.append(a)
+            members |= pending.members
+            leaf_ids |= pending.leaf_ids
+            device = pending.device
+        elif dtype is not None:
+            leaf_ids.add(id(a))
+            device = "gpu" if is_cupy_array(a._value if isinstance(a, Tensor) else a) else "cpu"
+        else:
+            continue
+        if isinstance(a, Tensor) and a._tape is tape:
+            involved = True
+            tracked = tracked or rule is not None
+        if where is None:
+            where = device
+        elif device != where:
+            return None  # the op runs now and reports the mix of devices itself
+    if not involved:
+        return None
+    if len(members) >= _settings["max_nodes"] or len(leaf_ids) > _settings["max_leaves"]:
+        for a in pendings:
+            _stats["early"] += 1
+            a.value
+        return defer(name, args, tape)
+    kind, dtype, shape = _result(name, tuple(kinds), tuple(floats), tuple(shapes))
     p = Pending()
-    p.op, p.args, p.shape, p.kind, p.tape, p.nodes, p.leaves = name, tuple(args), shape, kind, tape, nodes, leaves
-    p.xp = xps.pop()
-    p.dtype = (np.dtype(np.result_type(*floats)) if floats else np.dtype(np.float64)) if kind == "f" else \
-        np.dtype(np.int64) if kind == "i" else np.dtype(bool)
-    tracked = any(rule is not None and isinstance(a, Tensor) and a._tape is tape
-                  for rule, a in zip(prim.partials, args))
+    p.op, p.args, p.shape, p.kind, p.dtype, p.tape, p.device = name, tuple(args), shape, kind, dtype, tape, where
+    members.add(id(p))
+    p.members, p.leaf_ids = frozenset(members), frozenset(leaf_ids)
     t = Tensor.deferred(p, tape if tracked else None)  # comparisons of tracked values are constants
     p.owner = weakref.ref(t)
     tape.deferred.append(p.owner)

@@ -122,7 +122,7 @@ class CompiledFunction:
         from . import numba_backend  # numba is imported on the first kernel, not with minflux
 
         layout = numba_backend.plan_layout(arrays, shape)
-        key = ("numba", id(dual), np.dtype(float_dtype).str, layout.patterns, numba_backend.BRANCHES)
+        key = ("numba", id(dual), float_dtype, layout.patterns, numba_backend.BRANCHES)
         hit = self.kernels.get(key)
         if hit is None or hit[0] is not dual:
             hit = self.kernels[key] = (dual, numba_backend.build_kernel(dual, float_dtype, layout.patterns))

@@ -33,7 +33,6 @@ import shutil
 import sys
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
@@ -46,6 +45,7 @@ from .cache_directory import kernel_directory
 from .dtypes import kind_dtype
 from .ifconvert import if_convert
 from .ir import Assign, Break, Call, Continue, Function, If, Loop, Return, Var, has_loops
+from .threads import get_num_threads
 
 BRANCHES = os.environ.get("MINFLUX_NUMBA_BRANCHES", "auto")  # "auto" | "select" | "real"
 PARALLEL_MIN_ELEMENTS = 1 << 16
@@ -296,22 +296,93 @@ def plan_layout(arrays: list, shape: tuple):
             a = np.broadcast_to(a, shape)
         if not a.flags.c_contiguous:
             a = np.ascontiguousarray(a)
-        flat = a.reshape(-1)
-        flats.append(flat[:1] if pattern == "S" else flat)
+        flats.append(a.reshape(-1))
     return Layout(rows, inner, total, patterns, flats)
 
 
 # -- compiling and caching ------------------------------------------------------------------------
 
 _lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
 
 
-def _threads() -> int:
-    env = os.environ.get("MINFLUX_NUM_THREADS")
-    if env:
-        return max(1, int(env))
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+class _RowPool:
+    """Persistent worker threads that each run one share of a kernel's rows.
+
+    Each worker sleeps on its own lock; `run` hands every worker its share by releasing that lock,
+    runs the first share on the calling thread (ctypes releases the GIL, so all shares run at
+    once) and waits on each worker's completion lock. A second Python thread that calls in while
+    the pool is busy runs its whole kernel itself instead of waiting.
+    """
+
+    def __init__(self):
+        self.busy = threading.Lock()
+        self.workers: list = []
+
+    def grow(self, n_workers: int) -> None:
+        """Start workers until there are ``n_workers``."""
+        for w in range(len(self.workers), n_workers):
+            start, done = threading.Lock(), threading.Lock()
+            start.acquire()
+            done.acquire()
+            task: list = [None]
+            thread = threading.Thread(target=self._serve, args=(start, done, task), daemon=True,
+                                      name=f"minflux-kernel-{w}")
+            thread.start()
+            self.workers.append((start, done, task))
+
+    @staticmethod
+    def _serve(start, done, task):
+        while True:
+            start.acquire()
+            call, args = task[0]
+            task[0] = None
+            try:
+                call(*args)
+            finally:
+                done.release()
+
+    def run(self, call, rows: int, n_shares: int, args: tuple) -> None:
+        """``call(r0, r1, *args)`` over rows ``0:rows`` in ``n_shares`` contiguous shares."""
+        if not self.busy.acquire(blocking=False):
+            call(0, rows, *args)
+            return
+        try:
+            bounds = [rows * t // n_shares for t in range(n_shares + 1)]
+            handed = []
+            for (start, done, task), a, b in zip(self.workers, bounds[1:-1], bounds[2:]):
+                task[0] = (call, (a, b) + args)
+                start.release()
+                handed.append(done)
+            try:
+                call(0, bounds[1], *args)
+            finally:
+                for done in handed:
+                    done.acquire()
+        finally:
+            self.busy.release()
+
+
+_pool: _RowPool | None = None
+
+
+def _reset_pool_after_fork() -> None:
+    global _pool
+    _pool = None   # the worker threads do not exist in a forked child
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_pool_after_fork)
+
+
+def _row_pool(n_threads: int) -> _RowPool:
+    global _pool
+    pool = _pool
+    if pool is None:
+        pool = _pool = _RowPool()
+    if len(pool.workers) < n_threads - 1:
+        with _lock:
+            pool.grow(n_threads - 1)
+    return pool
 
 
 class Kernel:
@@ -407,21 +478,13 @@ def build_kernel(dual, float_dtype, patterns: tuple) -> Kernel:
 
 def launch(kernel: Kernel, dual, layout: Layout, float_dtype, shape: tuple) -> list:
     """Run ``kernel`` over ``layout``; one new array of ``shape`` per output of ``dual.function``."""
-    global _pool
     rows, inner, total, _, flats = layout
     results = [np.empty(shape, kind_dtype(k, float_dtype)) for k in dual.function.output_kinds]
     if total:
-        call = kernel.call
-        pointers = [a.ctypes.data for a in flats] + [r.ctypes.data for r in results]
-        n_threads = _threads() if total >= PARALLEL_MIN_ELEMENTS and rows > 1 else 1
+        args = (inner, total, rows, *[a.ctypes.data for a in flats], *[r.ctypes.data for r in results])
+        n_threads = min(get_num_threads(), rows) if total >= PARALLEL_MIN_ELEMENTS else 1
         if n_threads > 1:
-            if _pool is None:
-                _pool = ThreadPoolExecutor(n_threads, thread_name_prefix="minflux-kernel")
-            bounds = [rows * t // n_threads for t in range(n_threads + 1)]
-            futures = [_pool.submit(call, a, b, inner, total, rows, *pointers)
-                       for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-            for f in futures:
-                f.result()
+            _row_pool(n_threads).run(kernel.call, rows, n_threads, args)
         else:
-            call(0, rows, inner, total, rows, *pointers)
+            kernel.call(0, rows, *args)
     return results

@@ -63,7 +63,7 @@ _TEMPLATES = {
     "floor": "np.floor({0})", "ceil": "np.ceil({0})", "trunc": "np.trunc({0})",
     "maximum": "_max({0}, {1})", "minimum": "_min({0}, {1})",
     "clip": "_min(_max({0}, {1}), {2})", "sqrt": "np.sqrt({0})", "relu": "_max({0}, _F(0.0))",
-    "where": "({1} if {0} else {2})", "less": "({0} < {1})", "less_equal": "({0} <= {1})",
+    "where": "_select({0}, {1}, {2})", "less": "({0} < {1})", "less_equal": "({0} <= {1})",
     "greater": "({0} > {1})", "greater_equal": "({0} >= {1})", "equal": "({0} == {1})",
     "not_equal": "({0} != {1})", "logical_and": "({0} & {1})", "logical_or": "({0} | {1})",
     "logical_not": "(not {0})", "float": "_F({0})", "int": "_I({0})",
@@ -78,7 +78,7 @@ import numpy as np
 from numba import carray, cfunc, njit, types
 from minflux.compiler.fastmath import (exp_f32, log_f32, tanh_f32, sigmoid_f32, log1p_f32,
                                         expm1_f32, softplus_f32)
-from minflux.compiler.numba_runtime import (_max, _min, _log64, _log1p64, _sigmoid64,
+from minflux.compiler.numba_runtime import (_max, _min, _log64, _log1p64, _select, _sigmoid64,
                                              _softplus64)
 
 _F = np.{float_type}
@@ -97,7 +97,7 @@ class _Printer:
         self.lines: list = []
 
     def atom(self, a) -> str:
-        if isinstance(a, Var):
+        if isinstance(a, (Var, _Printed)):
             return a.name
         v = a.value
         if isinstance(v, bool):
@@ -160,15 +160,69 @@ class _Printer:
 
     def function(self, name: str) -> list:
         fn = self.fn
-        out = ["@njit(inline='always', error_model='numpy')",
+        out = ["@njit(error_model='numpy')",
                f"def {name}({', '.join(fn.params)}):"]
-        zero = {"f": "_F(0.0)", "i": "_I(0)", "b": "False"}
-        params = set(fn.params)
-        for var, kind in sorted(fn.kinds.items()):
-            if var not in params:
-                out.append(f"    {var} = {zero[kind]}")
+        out += self.zero_initialise("    ")
         self.block(fn.body, "    ", None)
         return out + self.lines
+
+    def zero_initialise(self, indent: str) -> list:
+        """Every non-parameter variable starts as its kind's zero (if-converted code reads them)."""
+        zero = {"f": "_F(0.0)", "i": "_I(0)", "b": "False"}
+        params = set(self.fn.params)
+        return [f"{indent}{var} = {zero[kind]}" for var, kind in sorted(self.fn.kinds.items())
+                if var not in params]
+
+    def inline(self, indent: str, args: list, results: list) -> list:
+        """A straight-line body as statements of the kernel's element loop: parameters bound to
+        ``args``, the returned values assigned to ``results``.
+
+        Printed in single-assignment form (a reassigned variable gets a new name each time, a
+        variable read before any assignment is its kind's zero), so numba's SSA reconstruction,
+        slow on many reassignments of one name, has nothing to do.
+        """
+        fn = self.fn
+        zero = {"f": "_F(0.0)", "i": "_I(0)", "b": "False"}
+        current = {p: p for p in fn.params}
+        out = [f"{indent}{p} = {a}" for p, a in zip(fn.params, args)]
+        count: dict = {}
+
+        def read(atom) -> str:
+            if isinstance(atom, Var):
+                name = current.get(atom.name)
+                if name is None:
+                    name = current[atom.name] = zero[fn.kinds[atom.name]]
+                return name
+            return self.atom(atom)
+
+        *body, ret = fn.body
+        for stmt in body:
+            value = stmt.value
+            if isinstance(value, Call):
+                text = self.call(Call(value.op, tuple(_Printed(read(a)) for a in value.args)))
+            else:
+                text = read(value)
+            n = count[stmt.target] = count.get(stmt.target, -1) + 1
+            name = stmt.target if n == 0 else f"{stmt.target}__{n}"
+            current[stmt.target] = name
+            out.append(f"{indent}{name} = {text}")
+        out += [f"{indent}{r} = {read(v)}" for r, v in zip(results, ret.values)]
+        return out
+
+
+class _Printed:
+    """An operand already printed (a name or a literal): `_Printer.atom` returns it as it is."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def _straight_line(fn: Function) -> bool:
+    """True when ``fn`` is assignments and one final return (it can be printed into the loop)."""
+    *body, last = fn.body
+    return isinstance(last, Return) and all(isinstance(s, Assign) for s in body)
 
 
 def _prepare(fn: Function) -> Function:
@@ -190,8 +244,11 @@ def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
     for op, name in sub_names.items():
         lines += _Printer(_prepare(fn.subroutines[op]), float_type, sub_names, True).function(name)
         lines.append("")
-    lines += _Printer(_prepare(fn), float_type, sub_names).function("_body")
-    lines.append("")
+    prepared = _prepare(fn)
+    inline = _straight_line(prepared)
+    if not inline:
+        lines += _Printer(prepared, float_type, sub_names).function("_body")
+        lines.append("")
     n_in, n_out = len(fn.params), fn.n_outputs
     numba_type = {"f": float_type, "i": "int64", "b": "boolean"}
     pointers = [f"types.CPointer(types.{numba_type[fn.kinds[p]]})" for p in fn.params] + \
@@ -199,34 +256,37 @@ def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
     lines.append(f"_SIG = types.void({', '.join(['types.int64'] * 5 + pointers)})")
     lines.append("")
     lines.append("@cfunc(_SIG, error_model='numpy', boundscheck=False)")
-    params = [f"p{k}" for k in range(n_in)] + [f"q{m}" for m in range(n_out)]
-    lines.append(f"def kernel(r0, r1, inner, total, rows, {', '.join(params)}):")
-    length = {"F": "total", "R": "rows", "C": "inner", "S": "1"}
+    params = [f"_p{k}" for k in range(n_in)] + [f"_q{m}" for m in range(n_out)]
+    lines.append(f"def kernel(_r0, _r1, _inner, _total, _rows, {', '.join(params)}):")
+    length = {"F": "_total", "R": "_rows", "C": "_inner", "S": "1"}
     for k, p in enumerate(patterns):
-        lines.append(f"    in{k} = carray(p{k}, ({length[p]},))")
+        lines.append(f"    _in{k} = carray(_p{k}, ({length[p]},))")
     for m in range(n_out):
-        lines.append(f"    out{m} = carray(q{m}, (total,))")
+        lines.append(f"    _out{m} = carray(_q{m}, (_total,))")
     for k, p in enumerate(patterns):
         if p == "S":
-            lines.append(f"    a{k} = in{k}[0]")
-    lines.append("    for r in range(r0, r1):")
-    lines.append("        lo = r * inner")
-    lines.append("        hi = min(lo + inner, total)")
+            lines.append(f"    _a{k} = _in{k}[0]")
+    lines.append("    for _r in range(_r0, _r1):")
+    lines.append("        _lo = _r * _inner")
+    lines.append("        _hi = min(_lo + _inner, _total)")
     for k, p in enumerate(patterns):
         if p == "F":
-            lines.append(f"        a{k} = in{k}[lo:hi]")
+            lines.append(f"        _a{k} = _in{k}[_lo:_hi]")
         elif p == "R":
-            lines.append(f"        a{k} = in{k}[r]")
+            lines.append(f"        _a{k} = _in{k}[_r]")
     for m in range(n_out):
-        lines.append(f"        b{m} = out{m}[lo:hi]")
-    lines.append("        for j in range(hi - lo):")
+        lines.append(f"        _b{m} = _out{m}[_lo:_hi]")
+    lines.append("        for _j in range(_hi - _lo):")
     args = []
     for k, p in enumerate(patterns):
-        args.append(f"a{k}[j]" if p == "F" else f"in{k}[j]" if p == "C" else f"a{k}")
-    results = [f"y{m}" for m in range(n_out)]
-    lines.append(f"            {', '.join(results)}, = _body({', '.join(args)})")
+        args.append(f"_a{k}[_j]" if p == "F" else f"_in{k}[_j]" if p == "C" else f"_a{k}")
+    results = [f"_y{m}" for m in range(n_out)]
+    if inline:   # numba's own inlining deep-copies its IR per call site: seconds for a large body
+        lines += _Printer(prepared, float_type, sub_names).inline("            ", args, results)
+    else:
+        lines.append(f"            {', '.join(results)}, = _body({', '.join(args)})")
     for m in range(n_out):
-        lines.append(f"            b{m}[j] = y{m}")
+        lines.append(f"            _b{m}[_j] = _y{m}")
     return "\n".join(lines) + "\n"
 
 

@@ -2,7 +2,8 @@
 
 Forward plus the gradient of ``sum(f)`` w.r.t. all N inputs, float32 ``(dims, dims)`` arrays, for
 N = 1..10 and 18 (the arity benchmark of Revels et al. 2018), compared side by side in one process:
-minflux mixed mode (numba), minflux ``mode="reverse"``, a hand-written parallel numba loop (value and
+minflux mixed mode (duals), the element-local adjoint, ``mode="auto"`` (the cost model's pick) and
+``mode="reverse"``, a hand-written parallel numba loop (value and
 N gradients in one pass, prefix/suffix products), and PyTorch eager / JAX jit when importable.
 Memory traffic grows linearly with N (N inputs, N gradients); forward mode's arithmetic grows as N^2
 but stays below the memory cost at these sizes.
@@ -20,6 +21,7 @@ import argparse  # noqa: E402
 import importlib.util  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -87,13 +89,31 @@ def minflux_impls(n: int):
     import minflux as mf
     f = scalar_function(n)
 
-    def mixed(*xs):
-        return mf.withgradient(lambda *xs: mf.sum(mf.broadcast(f, *xs)), *xs)
+    def in_mode(mode):
+        def run(*xs):
+            return mf.withgradient(lambda *xs: mf.sum(mf.broadcast(f, *xs, mode=mode)), *xs)
+        return run
 
-    def reverse(*xs):
-        return mf.withgradient(lambda *xs: mf.sum(mf.broadcast(f, *xs, mode="reverse")), *xs)
+    return {"mixed (numba)": in_mode("mixed"), "adjoint (numba)": in_mode("adjoint"),
+            "auto (numba)": in_mode("auto"), "reverse": in_mode("reverse")}
 
-    return {"mixed (numba)": mixed, "reverse": reverse}
+
+def numpy_reference(xs):
+    """The N gradients of the sum, in float64 numpy (checks the hand loop before it is timed)."""
+    factors = [np.where(x > 0.5, x, -x).astype(np.float64) for x in xs]
+    total = np.prod(factors, axis=0)
+    return [np.prod([f for j, f in enumerate(factors) if j != k], axis=0) * np.where(x > 0.5, 1.0, -1.0)
+            if len(xs) > 1 else np.where(x > 0.5, 1.0, -1.0) + 0 * total for k, x in enumerate(xs)]
+
+
+def peak_mib(fn, xs) -> float:
+    import tracemalloc
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    fn(*xs)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return (peak - base) / 2**20
 
 
 def torch_impl():
@@ -135,8 +155,9 @@ def main():
     parser.add_argument("--dims", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--arities", default="1,2,3,4,5,6,7,8,9,10,18")
     args = parser.parse_args()
-    arities = [1, 2, 4, 8] if args.quick else list(range(1, 11)) + [18]
+    arities = [1, 2, 4, 8] if args.quick else [int(a) for a in args.arities.split(",")]
     dims = 256 if args.quick else args.dims
     repeats = 3 if args.quick else args.repeats
     rng = np.random.default_rng(0)
@@ -153,19 +174,30 @@ def main():
             impls["JAX jit"] = jax_impl(n)
         except ImportError:
             pass
-        reference = [np.asarray(g, np.float64) for g in impls["hand-written numba"](*xs)[1]]
-        times, errors = {}, {}
+        reference = numpy_reference(xs)
+        hand = [np.asarray(g, np.float64) for g in impls["hand-written numba"](*xs)[1]]
+        if max(float(np.max(np.abs(a - b))) for a, b in zip(hand, reference)) > 1e-4:
+            raise SystemExit(f"N={n}: the hand-written loop disagrees with numpy")
+        times, errors, first, peak = {}, {}, {}, {}
         for name, fn in impls.items():
+            start = time.perf_counter()
             grads = fn(*xs)[1]  # warm-up: compiles kernels and jit functions
+            first[name] = time.perf_counter() - start
+            if name in ("mixed (numba)", "adjoint (numba)", "auto (numba)", "hand-written numba"):
+                peak[name] = peak_mib(fn, xs)
             errors[name] = max(float(np.max(np.abs(np.asarray(g, np.float64) - r)))
                                for g, r in zip(grads, reference))
             times[name] = median_time(lambda: fn(*xs), repeats=repeats, warmup=1) * 1e3
             print(f"N={n} {name}: {times[name]:.2f} ms", file=sys.stderr)
-        data[n] = {"ms": times, "max_grad_error_vs_hand_written": errors}
+        data[n] = {"ms": times, "max_grad_error_vs_numpy": errors, "first_call_s": first, "peak_mib": peak}
         names = list(times)
+        hand_ms = times["hand-written numba"]
         rows.append([n] + [f"{times[k]:.2f}" for k in names]
-                    + [f"{times['mixed (numba)'] / times['hand-written numba']:.2f}x"])
-    header = ["N"] + [f"{k} ms" for k in names] + ["mixed / hand-written"]
+                    + [f"{times['mixed (numba)'] / hand_ms:.2f}x", f"{times['auto (numba)'] / hand_ms:.2f}x",
+                       f"{first['mixed (numba)']:.2f} / {first['adjoint (numba)']:.2f}",
+                       f"{peak['auto (numba)']:.0f} / {peak['hand-written numba']:.0f}"])
+    header = ["N"] + [f"{k} ms" for k in names] + ["mixed / hand", "auto / hand",
+                                                   "first call s (mixed / adjoint)", "peak MiB (auto / hand)"]
     table = (f"Forward + gradient of `sum(prod_k (x_k if x_k > 0.5 else -x_k))` w.r.t. all N inputs, "
              f"float32 ({dims}, {dims}), median ms (`python benchmarks/arity.py`).\n\n"
              + markdown_table(header, rows))

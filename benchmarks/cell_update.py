@@ -5,17 +5,21 @@ Compared side by side in one process (medians over repeats, all threads of the m
 
 - ``mixed (numba)``: minflux mixed mode, the default backend: one fused kernel writes the value and
   the four partials in one pass; the tape node's backward reuses them.
+- ``adjoint (numba)``: the same kernel computing the partials with the element-local adjoint;
+  ``auto (numba)``: the mode the compiler's cost model picks (the default of ``mf.broadcast``).
 - ``mixed (numpy)``: the same transformed function on the numpy reference backend.
 - ``reverse``: minflux ``mode="reverse"``: one tape node per op, branches as ``where``.
 - ``hand-written numba``: a parallel numba loop computing the value and the four gradients in one
-  pass with the same vectorisable float32 functions: the practical limit.
+  pass with the same vectorisable float32 functions, the branch taken once per row, outputs
+  allocated once per call, ``prange`` over rows: the practical limit. It is checked against a
+  float64 numpy reference before anything is timed.
 - ``PyTorch eager`` and ``JAX jit`` (``jax.jit(jax.value_and_grad(...))``) when importable.
 
 Each implementation allocates its outputs on every call (as training does). glibc returns large
 freed blocks to the system and faults them in again, which costs as much as the arithmetic here;
 ``--malloc reuse`` keeps freed memory in the process (``mallopt``) for every implementation alike;
 the default runs both settings, each in its own process. Peak memory of one gradient (tracemalloc,
-numpy allocations) compares mixed and reverse mode.
+numpy allocations) and the first call's seconds (compile included, at the first size) are reported.
 
     python benchmarks/cell_update.py              # writes benchmarks/results/cell_update.{json,md}
     python benchmarks/cell_update.py --quick      # dims 256 and 512, few repeats
@@ -32,6 +36,7 @@ import ctypes  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 import tracemalloc  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -63,12 +68,13 @@ def minflux_impls(z, zb):
 
     from models.cells import cell_update
 
-    def mixed(c, f, i, g):
-        return mf.withgradient(lambda c, f, i, g: mf.sum(cell_update(z, zb, c, f, i, g)), c, f, i, g)
+    def in_mode(mode):
+        def run(c, f, i, g):
+            return mf.withgradient(
+                lambda c, f, i, g: mf.sum(cell_update(z, zb, c, f, i, g, mode=mode)), c, f, i, g)
+        return run
 
-    def reverse(c, f, i, g):
-        return mf.withgradient(
-            lambda c, f, i, g: mf.sum(cell_update(z, zb, c, f, i, g, mode="reverse")), c, f, i, g)
+    mixed, reverse = in_mode("mixed"), in_mode("reverse")
 
     def mixed_numpy(c, f, i, g):
         mf.set_elementwise_backend("numpy")
@@ -77,7 +83,23 @@ def minflux_impls(z, zb):
         finally:
             mf.set_elementwise_backend("numba")
 
-    return {"mixed (numba)": mixed, "mixed (numpy)": mixed_numpy, "reverse": reverse}
+    return {"mixed (numba)": mixed, "adjoint (numba)": in_mode("adjoint"), "auto (numba)": in_mode("auto"),
+            "mixed (numpy)": mixed_numpy, "reverse": reverse}
+
+
+def numpy_reference(z, zb, c, f, i, g):
+    """The value's sum and the four gradients, written with numpy in float64 (checks the hand loop)."""
+    z, zb, c, f, i, g = (a.astype(np.float64) for a in (z, zb, c, f, i, g))
+    sig = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
+    si, sf, tg = sig(i), sig(f), np.tanh(g)
+    flush, copy = z == 1, (z != 1) & (zb == 0)
+    update = ~(flush | copy)
+    y = np.where(flush, si * tg, np.where(copy, c, sf * c + si * tg))
+    dc = np.where(update, sf, np.where(copy, 1.0, 0.0)) + 0 * c
+    df = np.where(update, c * sf * (1 - sf), 0.0)
+    di = np.where(copy, 0.0, si * (1 - si) * tg) + 0 * c
+    dg = np.where(copy, 0.0, si * (1 - tg * tg)) + 0 * c
+    return float(y.sum()), (dc, df, di, dg)
 
 
 def hand_written(z, zb):
@@ -185,16 +207,22 @@ def worker(dims_list, repeats: int, malloc: str) -> dict:
         impls["hand-written numba"] = hand_written(z, zb)
         impls.update(peers(z, zb))
         args = (c, f, i, g)
-        reference = _grads(impls["mixed (numba)"](*args))
-        row = {"ms": {}, "max_grad_error": {}}
+        reference = _grads(numpy_reference(z, zb, *args))
+        hand_error = max(float(np.max(np.abs(a - b))) for a, b in zip(_grads(impls["hand-written numba"](*args)), reference))
+        if hand_error > 1e-4:
+            raise SystemExit(f"the hand-written loop disagrees with numpy by {hand_error}")
+        row = {"ms": {}, "max_grad_error": {}, "first_call_s": {}}
         for name, fn in impls.items():
+            start = time.perf_counter()
             got = _grads(fn(*args))  # also the warm-up (compiles kernels and jit functions)
+            row["first_call_s"][name] = time.perf_counter() - start
             row["max_grad_error"][name] = max(float(np.max(np.abs(a - b))) for a, b in zip(got, reference))
             reps = repeats if name != "mixed (numpy)" and name != "reverse" else max(3, repeats // 3)
             row["ms"][name] = median_time(lambda: fn(*args), repeats=reps, warmup=1) * 1e3
             print(f"[{malloc}] dims {dims} {name}: {row['ms'][name]:.2f} ms", file=sys.stderr)
-        row["peak_mib"] = {"mixed (numba)": peak_memory(impls["mixed (numba)"], args),
-                           "reverse": peak_memory(impls["reverse"], args)}
+        row["peak_mib"] = {name: peak_memory(impls[name], args) for name in impls
+                           if name in ("mixed (numba)", "adjoint (numba)", "auto (numba)", "reverse",
+                                       "hand-written numba")}
         results["dims"][str(dims)] = row
     return results
 
@@ -210,15 +238,16 @@ def table(all_results: list, versions: str) -> str:
         for name in names:
             cells = [name] + [f"{res['dims'][d]['ms'][name]:.2f}" for d in dims]
             last = res["dims"][dims[-1]]["ms"]
-            cells.append(f"{last[name] / last['mixed (numba)']:.2f}x")
+            cells.append(f"{last[name] / last['hand-written numba']:.2f}x")
+            cells.append(f"{res['dims'][dims[0]]['first_call_s'][name]:.2f}")
             rows.append(cells)
         label = "glibc default allocator" if res["malloc"] == "default" else \
             "freed memory kept in the process (mallopt)"
         parts.append(f"**{label}**\n")
         parts.append(markdown_table(["implementation"] + [f"dims {d}" for d in dims]
-                                    + [f"time / mixed (numba) at {dims[-1]}"], rows))
+                                    + [f"time / hand loop at {dims[-1]}", f"first call s (dims {dims[0]})"], rows))
         mem_rows = [[name] + [f"{res['dims'][d]['peak_mib'][name]:.0f}" for d in dims]
-                    for name in ("mixed (numba)", "reverse")]
+                    for name in res["dims"][dims[0]]["peak_mib"]]
         parts.append(markdown_table(["peak MiB of one gradient"] + [f"dims {d}" for d in dims], mem_rows))
     return "\n".join(parts)
 

@@ -12,6 +12,7 @@ from .backend import (DeviceError, default_dtype, get_array_module, gpu_availabl
                       set_default_dtype, to_numpy)
 from .compiler.compiled import get_elementwise_backend, set_elementwise_backend
 from .compiler.errors import CompileError
+from .compiler.threads import get_num_threads, set_num_threads
 from .device import to_device
 from .dlpack import from_dlpack
 from .io import load, save
@@ -34,6 +35,7 @@ from .tensor import Tensor
 from .transfer_guard import HostTransferError, no_host_transfers
 
 _install_operators(Tensor)
+get_num_threads()   # applies MINFLUX_NUM_THREADS to the kernel pool and to BLAS now
 
 __all__ = [
     "CompileError", "DeviceError", "HostTransferError", "Tensor", "__version__", "abs", "acos", "acosh",
@@ -41,13 +43,15 @@ __all__ = [
     "binary_cross_entropy_with_logits", "broadcast", "broadcast_to", "ceil", "clip", "concatenate", "cos",
     "cosh", "cross_entropy", "cumsum", "default_dtype", "divide", "dot", "einsum", "elementwise", "equal",
     "exp", "expand_dims", "expm1", "flatten", "flip", "floor", "floor_divide", "from_dlpack", "full",
-    "full_like", "fusion", "fusion_stats", "get_array_module", "get_elementwise_backend", "getitem", "gpu_available", "gradient",
+    "full_like", "fusion", "fusion_stats", "get_array_module", "get_elementwise_backend", "get_num_threads",
+    "getitem", "gpu_available", "gradient",
     "greater", "greater_equal", "hypot", "is_array", "isfinite", "isnan", "kl_divergence", "less",
     "less_equal", "load", "log", "log10", "log1p", "log2", "log_softmax", "logical_and", "logical_not",
     "logical_or", "logsumexp", "matmul", "max", "maximum", "mean", "min", "minimum", "mod", "moveaxis",
     "mse", "multiply", "negative", "nll", "nn", "no_grad", "no_host_transfers", "norm", "not_equal",
     "one_hot", "ones", "ones_like", "optim", "outer", "pad", "power", "prod", "relu", "repeat", "reshape",
-    "roll", "round", "save", "scalar_rule", "set_default_dtype", "set_elementwise_backend", "set_fusion", "sigmoid",
+    "roll", "round", "save", "scalar_rule", "set_default_dtype", "set_elementwise_backend", "set_fusion",
+    "set_num_threads", "sigmoid",
     "sign", "sin", "sinh", "softmax", "softplus", "split", "sqrt", "squeeze", "stack", "std",
     "stop_gradient", "subtract", "sum", "sum_to", "swapaxes", "take", "take_along_axis", "tan", "tanh",
     "tensordot", "tile", "to_device", "to_numpy", "transpose", "tree", "trunc", "unstack", "var", "where",

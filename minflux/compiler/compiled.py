@@ -2,8 +2,9 @@
 
 `compiled(fn)` parses a Python scalar function once (`frontend`) and returns a `CompiledFunction`
 that owns every cache derived from it: the IR typed for each tuple of argument kinds (`kinds`), the
-forward-mode transform for each set of differentiated arguments (`dual`), and the backend kernels for
-each float type and input layout. `CompiledFunction.run` evaluates the transformed function on
+differentiated form for each set of differentiated arguments and AD mode (forward-mode duals,
+`dual`, or the element-local adjoint, `adjoint`, chosen per kernel by `cost` in mode ``"auto"``),
+and the backend kernels for each float type and input layout. `CompiledFunction.run` evaluates the transformed function on
 arrays with the backend of their array module: numba kernels on numpy arrays (or the vectorised
 numpy evaluator, see `set_elementwise_backend`), CUDA C on CuPy arrays. This module knows nothing
 of tapes or Tensors.
@@ -26,16 +27,19 @@ import numpy as np
 
 from ..backend import get_array_module
 from .dtypes import kind_dtype
+from .adjoint import adjoint, supports_adjoint
+from .cost import prefer_adjoint
 from .dual import DualFunction, differentiate
 from .frontend import Parsed, parse
 from .ir import Function
 from .kinds import infer_kinds
 from .numpy_backend import ArrayOps, evaluate
 
-__all__ = ["CompiledFunction", "compiled", "get_elementwise_backend", "prepare", "primal",
+__all__ = ["KERNEL_MODES", "CompiledFunction", "compiled", "get_elementwise_backend", "prepare", "primal",
            "set_elementwise_backend"]
 
 _BACKENDS = ("numba", "numpy")
+KERNEL_MODES = ("auto", "mixed", "adjoint")   # how a kernel computes its partials
 _backend = os.environ.get("MINFLUX_ELEMENTWISE", "numba").strip().lower() or "numba"
 
 
@@ -96,21 +100,38 @@ class CompiledFunction:
             fn = self.typed[kinds] = infer_kinds(self.parsed.function, list(kinds))
         return fn
 
-    def dual_for(self, kinds: tuple, wrt: tuple) -> DualFunction:
-        """The IR that also returns the partials for arguments ``wrt`` (memoised)."""
-        key = (kinds, wrt)
+    def dual_for(self, kinds: tuple, wrt: tuple, mode: str = "auto") -> DualFunction:
+        """The IR that also returns the partials for arguments ``wrt`` (memoised).
+
+        ``mode`` is ``"mixed"`` (forward-mode duals), ``"adjoint"`` (the element-local adjoint,
+        loop-free functions only) or ``"auto"``: the adjoint where the cost model finds it
+        cheaper, duals otherwise.
+        """
+        if not wrt and mode in KERNEL_MODES:
+            mode = "mixed"     # nothing to differentiate: one primal function for every mode
+        key = (kinds, wrt, mode)
         d = self.duals.get(key)
         if d is None:
-            d = self.duals[key] = differentiate(self.typed_for(kinds), list(wrt))
+            if mode not in KERNEL_MODES:
+                raise ValueError(f"unknown kernel mode {mode!r}; use one of {KERNEL_MODES}")
+            typed = self.typed_for(kinds)
+            if mode == "adjoint":
+                d = adjoint(typed, list(wrt))
+            elif mode == "mixed" or not wrt or not supports_adjoint(typed):
+                d = self.dual_for(kinds, wrt, "mixed") if mode != "mixed" else differentiate(typed, list(wrt))
+            else:
+                duals, reverse = self.dual_for(kinds, wrt, "mixed"), self.dual_for(kinds, wrt, "adjoint")
+                d = reverse if prefer_adjoint(duals, reverse) else duals
+            self.duals[key] = d
         return d
 
-    def run(self, arrays: list, kinds: tuple, float_dtype, wrt: tuple, shape: tuple):
+    def run(self, arrays: list, kinds: tuple, float_dtype, wrt: tuple, shape: tuple, mode: str = "auto"):
         """Evaluate the transformed function on ``arrays``; returns ``(dual, outputs)``.
 
         ``arrays`` come from `prepare`; ``outputs`` are new arrays of ``shape``: the function's
-        outputs, then one partial per entry of ``dual.slots``.
+        outputs, then one partial per entry of ``dual.slots``; ``mode`` as in `dual_for`.
         """
-        dual = self.dual_for(kinds, wrt)
+        dual = self.dual_for(kinds, wrt, mode)
         xp = get_array_module(*arrays)
         if xp is not np:
             return dual, self._run_cuda(dual, arrays, float_dtype, shape)
@@ -122,7 +143,7 @@ class CompiledFunction:
         from . import numba_backend  # numba is imported on the first kernel, not with minflux
 
         layout = numba_backend.plan_layout(arrays, shape)
-        key = ("numba", id(dual), np.dtype(float_dtype).str, layout.patterns, numba_backend.BRANCHES)
+        key = ("numba", id(dual), float_dtype, layout.patterns, numba_backend.BRANCHES)
         hit = self.kernels.get(key)
         if hit is None or hit[0] is not dual:
             hit = self.kernels[key] = (dual, numba_backend.build_kernel(dual, float_dtype, layout.patterns))

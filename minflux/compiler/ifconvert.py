@@ -92,7 +92,8 @@ class _Converter:
                 p1 = self.block(s.body, then_pred)
                 else_pred = self.conj(pred, self.negate(s.cond))
                 p2 = self.block(s.orelse, else_pred)
-                pred = self.disj(p1, p2)
+                # both sides fell through without a return: every lane that came in goes on
+                pred = pred if (p1 is then_pred and p2 is else_pred) else self.disj(p1, p2)
             elif isinstance(s, Return):
                 for name, value in zip(self.outputs, s.values):
                     self.select(name, pred, value)

@@ -33,7 +33,6 @@ import shutil
 import sys
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
@@ -46,6 +45,7 @@ from .cache_directory import kernel_directory
 from .dtypes import kind_dtype
 from .ifconvert import if_convert
 from .ir import Assign, Break, Call, Continue, Function, If, Loop, Return, Var, has_loops
+from .threads import get_num_threads
 
 BRANCHES = os.environ.get("MINFLUX_NUMBA_BRANCHES", "auto")  # "auto" | "select" | "real"
 PARALLEL_MIN_ELEMENTS = 1 << 16
@@ -63,7 +63,7 @@ _TEMPLATES = {
     "floor": "np.floor({0})", "ceil": "np.ceil({0})", "trunc": "np.trunc({0})",
     "maximum": "_max({0}, {1})", "minimum": "_min({0}, {1})",
     "clip": "_min(_max({0}, {1}), {2})", "sqrt": "np.sqrt({0})", "relu": "_max({0}, _F(0.0))",
-    "where": "({1} if {0} else {2})", "less": "({0} < {1})", "less_equal": "({0} <= {1})",
+    "where": "_select({0}, {1}, {2})", "less": "({0} < {1})", "less_equal": "({0} <= {1})",
     "greater": "({0} > {1})", "greater_equal": "({0} >= {1})", "equal": "({0} == {1})",
     "not_equal": "({0} != {1})", "logical_and": "({0} & {1})", "logical_or": "({0} | {1})",
     "logical_not": "(not {0})", "float": "_F({0})", "int": "_I({0})",
@@ -78,7 +78,7 @@ import numpy as np
 from numba import carray, cfunc, njit, types
 from minflux.compiler.fastmath import (exp_f32, log_f32, tanh_f32, sigmoid_f32, log1p_f32,
                                         expm1_f32, softplus_f32)
-from minflux.compiler.numba_runtime import (_max, _min, _log64, _log1p64, _sigmoid64,
+from minflux.compiler.numba_runtime import (_max, _min, _log64, _log1p64, _select, _sigmoid64,
                                              _softplus64)
 
 _F = np.{float_type}
@@ -97,7 +97,7 @@ class _Printer:
         self.lines: list = []
 
     def atom(self, a) -> str:
-        if isinstance(a, Var):
+        if isinstance(a, (Var, _Printed)):
             return a.name
         v = a.value
         if isinstance(v, bool):
@@ -160,15 +160,69 @@ class _Printer:
 
     def function(self, name: str) -> list:
         fn = self.fn
-        out = ["@njit(inline='always', error_model='numpy')",
+        out = ["@njit(error_model='numpy')",
                f"def {name}({', '.join(fn.params)}):"]
-        zero = {"f": "_F(0.0)", "i": "_I(0)", "b": "False"}
-        params = set(fn.params)
-        for var, kind in sorted(fn.kinds.items()):
-            if var not in params:
-                out.append(f"    {var} = {zero[kind]}")
+        out += self.zero_initialise("    ")
         self.block(fn.body, "    ", None)
         return out + self.lines
+
+    def zero_initialise(self, indent: str) -> list:
+        """Every non-parameter variable starts as its kind's zero (if-converted code reads them)."""
+        zero = {"f": "_F(0.0)", "i": "_I(0)", "b": "False"}
+        params = set(self.fn.params)
+        return [f"{indent}{var} = {zero[kind]}" for var, kind in sorted(self.fn.kinds.items())
+                if var not in params]
+
+    def inline(self, indent: str, args: list, results: list) -> list:
+        """A straight-line body as statements of the kernel's element loop: parameters bound to
+        ``args``, the returned values assigned to ``results``.
+
+        Printed in single-assignment form (a reassigned variable gets a new name each time, a
+        variable read before any assignment is its kind's zero), so numba's SSA reconstruction,
+        slow on many reassignments of one name, has nothing to do.
+        """
+        fn = self.fn
+        zero = {"f": "_F(0.0)", "i": "_I(0)", "b": "False"}
+        current = {p: p for p in fn.params}
+        out = [f"{indent}{p} = {a}" for p, a in zip(fn.params, args)]
+        count: dict = {}
+
+        def read(atom) -> str:
+            if isinstance(atom, Var):
+                name = current.get(atom.name)
+                if name is None:
+                    name = current[atom.name] = zero[fn.kinds[atom.name]]
+                return name
+            return self.atom(atom)
+
+        *body, ret = fn.body
+        for stmt in body:
+            value = stmt.value
+            if isinstance(value, Call):
+                text = self.call(Call(value.op, tuple(_Printed(read(a)) for a in value.args)))
+            else:
+                text = read(value)
+            n = count[stmt.target] = count.get(stmt.target, -1) + 1
+            name = stmt.target if n == 0 else f"{stmt.target}__{n}"
+            current[stmt.target] = name
+            out.append(f"{indent}{name} = {text}")
+        out += [f"{indent}{r} = {read(v)}" for r, v in zip(results, ret.values)]
+        return out
+
+
+class _Printed:
+    """An operand already printed (a name or a literal): `_Printer.atom` returns it as it is."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def _straight_line(fn: Function) -> bool:
+    """True when ``fn`` is assignments and one final return (it can be printed into the loop)."""
+    *body, last = fn.body
+    return isinstance(last, Return) and all(isinstance(s, Assign) for s in body)
 
 
 def _prepare(fn: Function) -> Function:
@@ -190,8 +244,11 @@ def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
     for op, name in sub_names.items():
         lines += _Printer(_prepare(fn.subroutines[op]), float_type, sub_names, True).function(name)
         lines.append("")
-    lines += _Printer(_prepare(fn), float_type, sub_names).function("_body")
-    lines.append("")
+    prepared = _prepare(fn)
+    inline = _straight_line(prepared)
+    if not inline:
+        lines += _Printer(prepared, float_type, sub_names).function("_body")
+        lines.append("")
     n_in, n_out = len(fn.params), fn.n_outputs
     numba_type = {"f": float_type, "i": "int64", "b": "boolean"}
     pointers = [f"types.CPointer(types.{numba_type[fn.kinds[p]]})" for p in fn.params] + \
@@ -199,34 +256,37 @@ def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
     lines.append(f"_SIG = types.void({', '.join(['types.int64'] * 5 + pointers)})")
     lines.append("")
     lines.append("@cfunc(_SIG, error_model='numpy', boundscheck=False)")
-    params = [f"p{k}" for k in range(n_in)] + [f"q{m}" for m in range(n_out)]
-    lines.append(f"def kernel(r0, r1, inner, total, rows, {', '.join(params)}):")
-    length = {"F": "total", "R": "rows", "C": "inner", "S": "1"}
+    params = [f"_p{k}" for k in range(n_in)] + [f"_q{m}" for m in range(n_out)]
+    lines.append(f"def kernel(_r0, _r1, _inner, _total, _rows, {', '.join(params)}):")
+    length = {"F": "_total", "R": "_rows", "C": "_inner", "S": "1"}
     for k, p in enumerate(patterns):
-        lines.append(f"    in{k} = carray(p{k}, ({length[p]},))")
+        lines.append(f"    _in{k} = carray(_p{k}, ({length[p]},))")
     for m in range(n_out):
-        lines.append(f"    out{m} = carray(q{m}, (total,))")
+        lines.append(f"    _out{m} = carray(_q{m}, (_total,))")
     for k, p in enumerate(patterns):
         if p == "S":
-            lines.append(f"    a{k} = in{k}[0]")
-    lines.append("    for r in range(r0, r1):")
-    lines.append("        lo = r * inner")
-    lines.append("        hi = min(lo + inner, total)")
+            lines.append(f"    _a{k} = _in{k}[0]")
+    lines.append("    for _r in range(_r0, _r1):")
+    lines.append("        _lo = _r * _inner")
+    lines.append("        _hi = min(_lo + _inner, _total)")
     for k, p in enumerate(patterns):
         if p == "F":
-            lines.append(f"        a{k} = in{k}[lo:hi]")
+            lines.append(f"        _a{k} = _in{k}[_lo:_hi]")
         elif p == "R":
-            lines.append(f"        a{k} = in{k}[r]")
+            lines.append(f"        _a{k} = _in{k}[_r]")
     for m in range(n_out):
-        lines.append(f"        b{m} = out{m}[lo:hi]")
-    lines.append("        for j in range(hi - lo):")
+        lines.append(f"        _b{m} = _out{m}[_lo:_hi]")
+    lines.append("        for _j in range(_hi - _lo):")
     args = []
     for k, p in enumerate(patterns):
-        args.append(f"a{k}[j]" if p == "F" else f"in{k}[j]" if p == "C" else f"a{k}")
-    results = [f"y{m}" for m in range(n_out)]
-    lines.append(f"            {', '.join(results)}, = _body({', '.join(args)})")
+        args.append(f"_a{k}[_j]" if p == "F" else f"_in{k}[_j]" if p == "C" else f"_a{k}")
+    results = [f"_y{m}" for m in range(n_out)]
+    if inline:   # numba's own inlining deep-copies its IR per call site: seconds for a large body
+        lines += _Printer(prepared, float_type, sub_names).inline("            ", args, results)
+    else:
+        lines.append(f"            {', '.join(results)}, = _body({', '.join(args)})")
     for m in range(n_out):
-        lines.append(f"            b{m}[j] = y{m}")
+        lines.append(f"            _b{m}[_j] = _y{m}")
     return "\n".join(lines) + "\n"
 
 
@@ -296,22 +356,93 @@ def plan_layout(arrays: list, shape: tuple):
             a = np.broadcast_to(a, shape)
         if not a.flags.c_contiguous:
             a = np.ascontiguousarray(a)
-        flat = a.reshape(-1)
-        flats.append(flat[:1] if pattern == "S" else flat)
+        flats.append(a.reshape(-1))
     return Layout(rows, inner, total, patterns, flats)
 
 
 # -- compiling and caching ------------------------------------------------------------------------
 
 _lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
 
 
-def _threads() -> int:
-    env = os.environ.get("MINFLUX_NUM_THREADS")
-    if env:
-        return max(1, int(env))
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+class _RowPool:
+    """Persistent worker threads that each run one share of a kernel's rows.
+
+    Each worker sleeps on its own lock; `run` hands every worker its share by releasing that lock,
+    runs the first share on the calling thread (ctypes releases the GIL, so all shares run at
+    once) and waits on each worker's completion lock. A second Python thread that calls in while
+    the pool is busy runs its whole kernel itself instead of waiting.
+    """
+
+    def __init__(self):
+        self.busy = threading.Lock()
+        self.workers: list = []
+
+    def grow(self, n_workers: int) -> None:
+        """Start workers until there are ``n_workers``."""
+        for w in range(len(self.workers), n_workers):
+            start, done = threading.Lock(), threading.Lock()
+            start.acquire()
+            done.acquire()
+            task: list = [None]
+            thread = threading.Thread(target=self._serve, args=(start, done, task), daemon=True,
+                                      name=f"minflux-kernel-{w}")
+            thread.start()
+            self.workers.append((start, done, task))
+
+    @staticmethod
+    def _serve(start, done, task):
+        while True:
+            start.acquire()
+            call, args = task[0]
+            task[0] = None
+            try:
+                call(*args)
+            finally:
+                done.release()
+
+    def run(self, call, rows: int, n_shares: int, args: tuple) -> None:
+        """``call(r0, r1, *args)`` over rows ``0:rows`` in ``n_shares`` contiguous shares."""
+        if not self.busy.acquire(blocking=False):
+            call(0, rows, *args)
+            return
+        try:
+            bounds = [rows * t // n_shares for t in range(n_shares + 1)]
+            handed = []
+            for (start, done, task), a, b in zip(self.workers, bounds[1:-1], bounds[2:]):
+                task[0] = (call, (a, b) + args)
+                start.release()
+                handed.append(done)
+            try:
+                call(0, bounds[1], *args)
+            finally:
+                for done in handed:
+                    done.acquire()
+        finally:
+            self.busy.release()
+
+
+_pool: _RowPool | None = None
+
+
+def _reset_pool_after_fork() -> None:
+    global _pool
+    _pool = None   # the worker threads do not exist in a forked child
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_pool_after_fork)
+
+
+def _row_pool(n_threads: int) -> _RowPool:
+    global _pool
+    pool = _pool
+    if pool is None:
+        pool = _pool = _RowPool()
+    if len(pool.workers) < n_threads - 1:
+        with _lock:
+            pool.grow(n_threads - 1)
+    return pool
 
 
 class Kernel:
@@ -407,21 +538,13 @@ def build_kernel(dual, float_dtype, patterns: tuple) -> Kernel:
 
 def launch(kernel: Kernel, dual, layout: Layout, float_dtype, shape: tuple) -> list:
     """Run ``kernel`` over ``layout``; one new array of ``shape`` per output of ``dual.function``."""
-    global _pool
     rows, inner, total, _, flats = layout
     results = [np.empty(shape, kind_dtype(k, float_dtype)) for k in dual.function.output_kinds]
     if total:
-        call = kernel.call
-        pointers = [a.ctypes.data for a in flats] + [r.ctypes.data for r in results]
-        n_threads = _threads() if total >= PARALLEL_MIN_ELEMENTS and rows > 1 else 1
+        args = (inner, total, rows, *[a.ctypes.data for a in flats], *[r.ctypes.data for r in results])
+        n_threads = min(get_num_threads(), rows) if total >= PARALLEL_MIN_ELEMENTS else 1
         if n_threads > 1:
-            if _pool is None:
-                _pool = ThreadPoolExecutor(n_threads, thread_name_prefix="minflux-kernel")
-            bounds = [rows * t // n_threads for t in range(n_threads + 1)]
-            futures = [_pool.submit(call, a, b, inner, total, rows, *pointers)
-                       for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-            for f in futures:
-                f.result()
+            _row_pool(n_threads).run(kernel.call, rows, n_threads, args)
         else:
-            call(0, rows, inner, total, rows, *pointers)
+            kernel.call(0, rows, *args)
     return results

@@ -1,5 +1,9 @@
 """Small scalar helpers the generated numba kernels call (inlined), with numpy's semantics.
 
+``_select(c, a, b)`` is an intrinsic that emits one LLVM ``select``: a ternary in a kernel's source
+is two numba blocks and an inlined helper a copy of its IR, and with hundreds of selects numba's
+SSA and inlining passes took seconds.
+
 ``_max``/``_min`` propagate nan like ``np.maximum``/``np.minimum`` and compile to compare + select;
 the float64 helpers give numpy's results for invalid arguments (nan, -inf) instead of raising.
 
@@ -11,9 +15,25 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 
 _jit = njit(inline="always", error_model="numpy")
+
+
+@intrinsic
+def _select(typingctx, c, a, b):
+    """``a if c else b`` without a branch (an LLVM ``select``)."""
+    kind = typingctx.unify_types(a, b)
+    if kind is None:
+        return None
+
+    def codegen(context, builder, signature, args):
+        cv, av, bv = args
+        cond = context.cast(builder, cv, c, types.boolean)
+        return builder.select(cond, context.cast(builder, av, a, kind), context.cast(builder, bv, b, kind))
+
+    return kind(c, a, b), codegen
 
 
 @_jit

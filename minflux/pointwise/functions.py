@@ -20,7 +20,7 @@ from .reverse import run_reverse
 
 __all__ = ["ElementwiseFunction", "ScalarRuleFunction", "broadcast", "elementwise", "scalar_rule"]
 
-_MODES = ("mixed", "reverse")
+_MODES = ("auto", "mixed", "adjoint", "reverse")
 
 
 class ElementwiseFunction:
@@ -45,7 +45,7 @@ class ElementwiseFunction:
         self.__scalar_function__ = fn   # other scalar functions inline calls to it
         functools.update_wrapper(self, fn)
 
-    def __call__(self, *args, mode: str = "mixed"):
+    def __call__(self, *args, mode: str = "auto"):
         return broadcast(self.fn, *args, mode=mode)
 
     def __repr__(self):
@@ -121,12 +121,15 @@ def scalar_rule(*partials) -> Callable[[Callable], ScalarRuleFunction]:
     return decorate
 
 
-def broadcast(fn: Callable, *args, mode: str = "mixed"):
+def broadcast(fn: Callable, *args, mode: str = "auto"):
     """Broadcast the scalar function ``fn`` over ``args`` (arrays, Tensors or numbers).
 
-    ``mode="mixed"`` (default) runs one fused kernel that also computes per-element partials for
-    the arguments being differentiated and records one tape node; ``mode="reverse"`` runs ``fn``
-    op by op on Tensors (branches as ``where``, loops as masked iterations), one tape node per op.
+    ``mode="mixed"`` runs one fused kernel that also computes per-element partials for the
+    arguments being differentiated with forward-mode duals and records one tape node;
+    ``mode="adjoint"`` computes the same partials with an element-local reverse sweep (loop-free
+    functions only); ``mode="auto"`` (default) lets the compiler's cost model pick one of the two
+    per kernel; ``mode="reverse"`` runs ``fn`` op by op on Tensors (branches as ``where``, loops
+    as masked iterations), one tape node per op.
     Returns an array (a tuple of arrays for several outputs), or Tensors inside `mf.gradient`.
 
     >>> import minflux as mf, numpy as np
@@ -137,7 +140,7 @@ def broadcast(fn: Callable, *args, mode: str = "mixed"):
     array([1.  , 0.25])
     """
     if mode not in _MODES:
-        raise ValueError(f'mode must be "mixed" or "reverse", got {mode!r}')
+        raise ValueError(f"mode must be one of {', '.join(map(repr, _MODES))}, got {mode!r}")
     if isinstance(fn, ScalarRuleFunction):
         return fn(*args)  # a primitive: its compiled value and its own rules, one tape node
     raw = fn.fn if isinstance(fn, ElementwiseFunction) else fn
@@ -154,7 +157,7 @@ def broadcast(fn: Callable, *args, mode: str = "mixed"):
     if tape is not None:
         wrt = tuple(k for k, a in enumerate(args)
                     if kinds[k] == "f" and isinstance(a, Tensor) and a._tape is tape)
-    dual, outs = cf.run(arrays, kinds, float_dtype, wrt, shape)
+    dual, outs = cf.run(arrays, kinds, float_dtype, wrt, shape, mode)
     n = dual.n_outputs
     outputs = outs[:n]
     if not wrt:

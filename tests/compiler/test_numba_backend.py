@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import minflux as mf
-from minflux.compiler import numba_backend
+from minflux.compiler import numba_backend, threads
 from minflux.compiler.numba_backend import plan_layout
 
 
@@ -58,7 +58,7 @@ def test_odd_layouts_agree_with_numpy():
 
 def test_threaded_rows_agree_with_numpy(monkeypatch):
     monkeypatch.setattr(numba_backend, "PARALLEL_MIN_ELEMENTS", 16)
-    monkeypatch.setenv("MINFLUX_NUM_THREADS", "3")
+    monkeypatch.setattr(threads, "_setting", 3)
     rng = np.random.default_rng(1)
     x, y = rng.standard_normal((37, 9)), rng.standard_normal((37, 1))
     f = lambda x, y: mf.tanh(x) * y if y > 0 else x  # noqa: E731

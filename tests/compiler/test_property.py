@@ -1,5 +1,6 @@
 """Random scalar programs (expressions, nested ifs, early returns, bounded loops) on random broadcast
-shapes: the numba backend agrees with the numpy reference, and both agree with finite differences."""
+shapes, in every AD mode: the numba backend agrees with the numpy reference, and both agree with
+finite differences."""
 from __future__ import annotations
 
 import importlib.util
@@ -103,14 +104,17 @@ def load_program(tmp_path, seed: int):
     return getattr(module, name), path.read_text()
 
 
-def outputs_and_partials(fn, x, y, backend: str):
+MODES = ("mixed", "adjoint", "auto", "reverse")
+
+
+def outputs_and_partials(fn, x, y, backend: str, mode: str = "auto"):
     """Outputs, and the gradients of the sum of each output w.r.t. x and y (zeros where none)."""
     mf.set_elementwise_backend(backend)
     try:
         partials, m, n_out = [], 0, 1
         while m < n_out:   # the outputs come back with the first gradient (one kernel for both)
             def loss(x, y, m=m):
-                outs = _as_list(mf.broadcast(fn, x, y))
+                outs = _as_list(mf.broadcast(fn, x, y, mode=mode))
                 return (mf.sum(outs[m]), *outs)
             value, grads = mf.withgradient(loss, x, y)
             outs, n_out = (list(value[1:]), len(value) - 1) if m == 0 else (outs, n_out)
@@ -139,17 +143,22 @@ SHAPES = [((4, 3), (4, 3)), ((4, 1), (4, 3)), ((1, 3), (4, 1)), ((), (5,)), ((2,
 @settings(max_examples=10, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**31 - 1), shapes=st.sampled_from(SHAPES))
-def test_random_programs(tmp_path, seed, shapes):
+@pytest.mark.parametrize("mode", MODES)
+def test_random_programs(tmp_path, seed, shapes, mode):
     fn, source = load_program(tmp_path, seed)
     rng = np.random.default_rng(seed)
     shape = np.broadcast_shapes(*shapes)
+    if mode == "adjoint" and ("while " in source or "for " in source):
+        with pytest.raises(ValueError, match='without while/for loops; use mode="mixed"'):
+            outputs_and_partials(fn, np.ones(shape), np.ones(shape), "numba", mode)
+        return
 
     # the numpy reference against central differences, per lane on full-shape inputs, on lanes where
     # the function is smooth at the scale of the step (two step sizes agree): a lane next to a
     # branch switch or a kink is not checked
     x = rng.uniform(-2, 2, shape)
     y = rng.uniform(-2, 2, shape)
-    _, partials = outputs_and_partials(fn, x, y, "numpy")
+    _, partials = outputs_and_partials(fn, x, y, "numpy", mode)
     checked = 0
     for k in range(2):
         fds = []
@@ -168,8 +177,8 @@ def test_random_programs(tmp_path, seed, shapes):
     # numba against numpy on the broadcast shapes: outputs and reduced gradients
     bx = rng.uniform(-2, 2, shapes[0])
     by = rng.uniform(-2, 2, shapes[1])
-    ref_out, ref_partials = outputs_and_partials(fn, bx, by, "numpy")
-    got_out, got_partials = outputs_and_partials(fn, bx, by, "numba")
+    ref_out, ref_partials = outputs_and_partials(fn, bx, by, "numpy", mode)
+    got_out, got_partials = outputs_and_partials(fn, bx, by, "numba", mode)
     for a, b in zip(ref_out, got_out):
         assert a.shape == b.shape == shape
         np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12, err_msg=source)

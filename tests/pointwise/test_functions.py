@@ -30,7 +30,7 @@ def test_environment_variable_selects_the_backend():
 
 def test_mode_and_argument_errors():
     x = np.ones(3)
-    with pytest.raises(ValueError, match='mode must be "mixed" or "reverse"'):
+    with pytest.raises(ValueError, match="mode must be one of 'auto', 'mixed', 'adjoint', 'reverse'"):
         mf.broadcast(lambda x: x, x, mode="forward")
     with pytest.raises(TypeError, match="takes 2 argument"):
         mf.broadcast(lambda x, y: x + y, x)

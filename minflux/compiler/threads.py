@@ -1,0 +1,130 @@
+"""minflux's thread budget: one number sizes the kernel pool and caps the BLAS pool.
+
+numba kernels and BLAS (``matmul``) run one after the other in a training step; two pools each sized
+to the machine would oversubscribe the cores as soon as anything else runs. minflux therefore owns
+one setting, ``MINFLUX_NUM_THREADS`` (read when minflux is imported; default: the cores this
+process may use), or `set_num_threads` at run time. It sizes the pool that splits large kernels
+over rows (the calling thread runs one share) and limits every BLAS library loaded in the process
+through `threadpoolctl` when it is installed, or OpenBLAS's own ``openblas_set_num_threads``
+otherwise.
+
+>>> import minflux as mf
+>>> n = mf.get_num_threads()
+>>> mf.set_num_threads(1); mf.get_num_threads()
+1
+>>> mf.set_num_threads(n)
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+
+__all__ = ["blas_threads", "get_num_threads", "set_num_threads", "usable_cores"]
+
+log = logging.getLogger(__name__)
+
+_setting: int | None = None
+
+
+def usable_cores() -> int:
+    """The number of cores this process may run on (its CPU affinity), at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def _from_environment() -> int:
+    env = os.environ.get("MINFLUX_NUM_THREADS", "").strip()
+    if not env:
+        return usable_cores()
+    try:
+        n = int(env)
+    except ValueError:
+        raise ValueError(f"MINFLUX_NUM_THREADS={env!r} is not a whole number; set it to the number of "
+                         "threads minflux may use (at least 1), or unset it to use every core") from None
+    if n < 1:
+        raise ValueError(f"MINFLUX_NUM_THREADS={env!r} must be at least 1")
+    return n
+
+
+def get_num_threads() -> int:
+    """The threads minflux's kernels and the BLAS calls it makes may use together.
+
+    >>> import minflux as mf
+    >>> mf.get_num_threads() >= 1
+    True
+    """
+    global _setting
+    if _setting is None:
+        set_num_threads(_from_environment())
+    return _setting
+
+
+def set_num_threads(n: int) -> None:
+    """Use ``n`` threads for elementwise kernels and cap every loaded BLAS library at ``n``.
+
+    >>> import minflux as mf
+    >>> before = mf.get_num_threads()
+    >>> mf.set_num_threads(2); mf.get_num_threads()
+    2
+    >>> mf.set_num_threads(before)
+    """
+    global _setting
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"set_num_threads needs a whole number of threads >= 1, got {n!r}")
+    _setting = n
+    _limit_blas(n)
+
+
+def _limit_blas(n: int) -> None:
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        _limit_openblas(n)
+        return
+    threadpool_limits(limits=n, user_api="blas")
+
+
+def _limit_openblas(n: int) -> None:
+    """Without threadpoolctl: numpy's bundled OpenBLAS through its C API."""
+    for library in _openblas_libraries():
+        for name in ("openblas_set_num_threads", "openblas_set_num_threads64_",
+                     "scipy_openblas_set_num_threads", "scipy_openblas_set_num_threads64_"):
+            setter = getattr(library, name, None)
+            if setter is not None:
+                setter(ctypes.c_int(n))
+                break
+
+
+def _openblas_libraries() -> list:
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover
+        return []
+    found = []
+    root = os.path.dirname(numpy.__file__)
+    for folder in (os.path.join(root, os.pardir, "numpy.libs"), os.path.join(root, ".libs")):
+        if os.path.isdir(folder):
+            for name in sorted(os.listdir(folder)):
+                if "openblas" in name and ".so" in name:
+                    try:
+                        found.append(ctypes.CDLL(os.path.join(folder, name)))
+                    except OSError:
+                        log.debug("could not open %s to limit its threads", name)
+    return found
+
+
+def blas_threads() -> dict:
+    """The thread limit of each BLAS library loaded in this process (from `threadpoolctl`).
+
+    >>> import minflux as mf
+    >>> all(n == mf.get_num_threads() for n in blas_threads().values())
+    True
+    """
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return {}
+    return {info["filepath"]: info["num_threads"] for info in threadpool_info()
+            if info.get("user_api") == "blas"}

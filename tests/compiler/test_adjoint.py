@@ -1,0 +1,100 @@
+"""The element-local adjoint and the cost model that picks a kernel's AD mode."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minflux as mf
+from minflux.compiler.compiled import compiled
+from minflux.testing import check_grad
+
+
+def product_of(n: int):
+    """``prod_k (x_k if x_k > 0.5 else -x_k)`` of n arguments, as source the compiler can read."""
+    args = ", ".join(f"x{k}" for k in range(n))
+    body = " * ".join(f"(x{k} if x{k} > 0.5 else -x{k})" for k in range(n))
+    namespace: dict = {}
+    exec(compile(f"def product({args}):\n    return {body}\n", f"<product{n}>", "exec"), namespace)
+    import linecache
+    linecache.cache[f"<product{n}>"] = (0, None, [f"def product({args}):\n", f"    return {body}\n"], f"<product{n}>")
+    return namespace["product"]
+
+
+def hmlstm_update(z, zb, c, h, f, i, o, g):
+    if z == 1:
+        c_new = mf.sigmoid(i) * mf.tanh(g)
+    elif zb == 0:
+        return c, h
+    else:
+        c_new = mf.sigmoid(f) * c + mf.sigmoid(i) * mf.tanh(g)
+    return c_new, mf.sigmoid(o) * mf.tanh(c_new)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_untaken_branches_leak_no_nan(backend):
+    def f(x, y):
+        if x > 0:
+            return mf.sqrt(x) * y + mf.log(x)
+        return x * y * y
+
+    x = np.array([-2.0, -0.5, 0.0, 0.25, 4.0])
+    y = np.array([1.5, -1.0, 2.0, 3.0, -0.5])
+    mf.set_elementwise_backend(backend)
+    try:
+        gx, gy = mf.gradient(lambda x, y: mf.sum(mf.broadcast(f, x, y, mode="adjoint")), x, y)
+    finally:
+        mf.set_elementwise_backend("numba")
+    pos = x > 0
+    safe = np.where(pos, x, 1.0)
+    want_x = np.where(pos, 0.5 / np.sqrt(safe) * y + 1 / safe, y * y)
+    want_y = np.where(pos, np.sqrt(safe), 2 * x * y)
+    np.testing.assert_allclose(gx, want_x, rtol=1e-14)
+    np.testing.assert_allclose(gy, want_y, rtol=1e-14)
+
+
+@pytest.mark.parametrize("n", [1, 3, 18])
+def test_product_gradients_match_the_closed_form(n):
+    rng = np.random.default_rng(n)
+    xs = [rng.uniform(-1, 1, (4, 5)) for _ in range(n)]
+    f = product_of(n)
+    grads = mf.gradient(lambda *xs: mf.sum(mf.broadcast(f, *xs, mode="adjoint")), *xs)
+    factors = [np.where(x > 0.5, x, -x) for x in xs]
+    total = np.prod(factors, axis=0)
+    for x, factor, g in zip(xs, factors, grads):
+        np.testing.assert_allclose(g, total / factor * np.where(x > 0.5, 1.0, -1.0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["adjoint", "auto"])
+def test_two_outputs_against_finite_differences(mode):
+    rng = np.random.default_rng(3)
+    z = (rng.random((5, 1)) < 0.4).astype(float)
+    zb = (rng.random((5, 1)) < 0.5).astype(float)
+    args = [rng.standard_normal((5, 6)) for _ in range(6)]
+
+    def loss(c, h, f, i, o, g):
+        c2, h2 = mf.broadcast(hmlstm_update, z, zb, c, h, f, i, o, g, mode=mode)
+        return mf.sum(c2 * c2) + mf.sum(h2 * np.linspace(-1, 1, 6))
+
+    assert check_grad(loss, *args) < 1
+
+
+def test_the_cost_model_picks_the_adjoint_for_wide_products_and_duals_for_sparse_cells():
+    n = 18
+    wide = compiled(product_of(n))
+    kinds, wrt = ("f",) * n, tuple(range(n))
+    assert wide.dual_for(kinds, wrt, "auto") is wide.dual_for(kinds, wrt, "adjoint")
+    one = compiled(product_of(1))
+    assert one.dual_for(("f",), (0,), "auto") is one.dual_for(("f",), (0,), "mixed")
+
+
+def test_functions_with_loops_keep_duals_and_refuse_the_adjoint():
+    def halve(x):
+        while x > 1:
+            x = x / 2
+        return x
+
+    x = np.array([0.5, 3.0, 9.0])
+    g = mf.gradient(lambda x: mf.sum(mf.broadcast(halve, x)), x)[0]     # auto: duals
+    np.testing.assert_allclose(g, [1.0, 0.25, 0.0625])
+    with pytest.raises(ValueError, match="without while/for loops"):
+        mf.gradient(lambda x: mf.sum(mf.broadcast(halve, x, mode="adjoint")), x)

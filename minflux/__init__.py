@@ -22,7 +22,7 @@ from .ops import (all, any, arange, argmax, argmin, binary_cross_entropy_with_lo
                   mean, min, moveaxis, mse, nll, norm, one_hot, ones, ones_like, outer, pad, prod, repeat,
                   reshape, roll, round, softmax, split, squeeze, stack, std, sum, swapaxes, take,
                   take_along_axis, tensordot, tile, transpose, unstack, var, zeros, zeros_like)
-from .ops.broadcasting import sum_to
+from .broadcasting import sum_to
 from .pointwise.functions import broadcast, elementwise, scalar_rule
 from .pointwise.lazy import fusion, fusion_stats, set_fusion
 from .pointwise.primitives import (abs, acos, acosh, add, asin, asinh, atan, atan2, atanh, ceil, clip, cos,

@@ -106,7 +106,7 @@ def get_array_module(*xs: Any, op: str = "this operation"):
         return np
     found_numpy = found_cupy = None
     for x in xs:
-        x = getattr(x, "value", x)
+        x = unwrap(x)
         if isinstance(x, np.ndarray):
             found_numpy = x
         elif isinstance(x, _cupy.ndarray):

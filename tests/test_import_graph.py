@@ -44,6 +44,13 @@ def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
                 if target and target != name:
                     graph[name].add(target)
                     break
+    for name in list(graph):  # importing a.b.c from outside a.b runs a/b/__init__ first
+        for target in list(graph[name]):
+            package = target.rpartition(".")[0]
+            while package.count("."):
+                if package not in (name, target) and not name.startswith(package + "."):
+                    graph[name].add(package)
+                package = package.rpartition(".")[0]
     return graph
 
 

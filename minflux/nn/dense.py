@@ -40,7 +40,7 @@ class Dense(Module):
 
     def __call__(self, x):
         n_in = self.W.shape[0]
-        if np.shape(getattr(x, "value", x))[-1:] != (n_in,):
+        if np.shape(x)[-1:] != (n_in,):
             raise ValueError(f"{self._repr_head()} expects inputs whose last axis has length {n_in}, "
                              f"got shape {tuple(np.shape(getattr(x, 'value', x)))}")
         y = matmul(x, self.W)

@@ -8,6 +8,7 @@ from ..autograd import active_tape
 
 from ._rng import as_generator
 from .module import Module
+from ..tensor import unwrap
 
 
 class Dropout(Module):
@@ -53,7 +54,7 @@ class Dropout(Module):
     def __call__(self, x):
         if self.p == 0.0 or not self.is_active():
             return x
-        value = getattr(x, "value", x)
+        value = unwrap(x)
         xp = get_array_module(value, op="Dropout")
         return x * self.mask(value.shape, value.dtype, xp)
 

@@ -11,6 +11,7 @@ from ..ops import take
 from . import init as initialisers
 from ._rng import as_generator
 from .module import Module
+from ..tensor import unwrap
 
 
 class Embedding(Module):
@@ -31,7 +32,7 @@ class Embedding(Module):
         self.W = init(as_generator(rng, "Embedding"), vocab_size, dim, dtype=dtype)
 
     def __call__(self, ids):
-        ids = getattr(ids, "value", ids)
+        ids = unwrap(ids)
         xp = get_array_module(ids, self.W, op="Embedding")
         ids = xp.asarray(ids)
         if ids.dtype.kind not in "iu":

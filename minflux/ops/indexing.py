@@ -6,6 +6,7 @@ from ..autograd import IndexedGrad, record
 from ..backend import get_array_module, is_array
 from ..tensor import Tensor
 from ._common import normalise_axis, value_of
+from .shapes import reshape
 
 
 def _plain_index(item, xp):
@@ -68,7 +69,6 @@ def take(x, indices, axis: int | None = None):
     if idx.dtype.kind not in "iu":
         raise TypeError(f"mf.take: indices must be integers, got dtype {idx.dtype}")
     if axis is None:
-        from .shapes import reshape
 
         return take(reshape(x, (-1,)), idx, axis=0)
     shape = tuple(v.shape)
@@ -102,7 +102,6 @@ def take_along_axis(x, indices, axis: int | None):
     if idx.dtype.kind not in "iu":
         raise TypeError(f"mf.take_along_axis: indices must be integers, got dtype {idx.dtype}")
     if axis is None:
-        from .shapes import reshape
 
         return take_along_axis(reshape(x, (-1,)), idx.reshape(-1), axis=0)
     shape = tuple(v.shape)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..autograd import record
 from ..backend import get_array_module
-from .broadcasting import sum_to
+from ..broadcasting import sum_to
 from ._common import shape_of, value_of
 
 

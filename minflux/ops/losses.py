@@ -4,7 +4,10 @@ from __future__ import annotations
 from ..autograd import record
 from ..backend import get_array_module
 from ._common import normalise_axis, value_of
-from .reductions import stable_logsumexp
+from ..pointwise.primitives import greater, log, multiply, negative, softplus, subtract, where
+from .indexing import take_along_axis
+from .reductions import mean, stable_logsumexp, sum
+from .shapes import squeeze
 
 
 def softmax(x, axis: int = -1):
@@ -106,7 +109,6 @@ def cross_entropy(logits, targets, reduction: str = "mean", axis: int = -1):
 
 
 def _reduce(losses, reduction: str, op: str):
-    from .reductions import mean, sum
 
     if reduction == "mean":
         return mean(losses)
@@ -125,7 +127,6 @@ def mse(predictions, targets, reduction: str = "mean"):
     >>> float(mf.mse(np.array([1.0, 2.0]), np.array([0.0, 4.0])))
     2.5
     """
-    from ..pointwise.primitives import subtract
 
     d = subtract(predictions, targets)
     return _reduce(d * d, reduction, "mf.mse")
@@ -139,7 +140,6 @@ def binary_cross_entropy_with_logits(logits, targets, reduction: str = "mean"):
     >>> round(float(mf.binary_cross_entropy_with_logits(np.array([0.0, 1000.0]), np.array([1.0, 1.0]))), 6)
     0.346574
     """
-    from ..pointwise.primitives import multiply, softplus, subtract
 
     return _reduce(subtract(softplus(logits), multiply(targets, logits)), reduction,
                    "mf.binary_cross_entropy_with_logits")
@@ -154,9 +154,6 @@ def nll(log_probs, targets, reduction: str = "mean", axis: int = -1):
     >>> round(float(mf.nll(log_probs, np.array([0, 1]))), 6)  # (log 2 + log 4/3) / 2
     0.490415
     """
-    from ..pointwise.primitives import negative
-    from .indexing import take_along_axis
-    from .shapes import squeeze
 
     z = value_of(log_probs)
     t = value_of(targets)
@@ -192,8 +189,6 @@ def kl_divergence(log_q, p, reduction: str = "mean", axis: int = -1):
     >>> round(float(mf.kl_divergence(log_q, p)), 6)  # (0.5 log 2 + 0.5 log 2/3 + log 2) / 2
     0.418494
     """
-    from ..pointwise.primitives import greater, log, multiply, subtract, where
-    from .reductions import sum
 
     positive = greater(value_of(p), 0)
     safe_p = where(positive, p, 1.0)  # p = 0 terms become 0 * (log 1 - 0): no 0 * inf anywhere

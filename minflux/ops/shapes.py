@@ -6,7 +6,7 @@ from typing import Sequence
 
 from ..autograd import record
 from ..backend import get_array_module
-from .broadcasting import sum_to
+from ..broadcasting import sum_to
 from ._common import normalise_axes, normalise_axis, value_of
 
 

@@ -19,6 +19,7 @@ from ..autograd import no_grad
 from ..backend import is_array
 from ..tree import children, is_leaf
 from .rule import GlobalRule, OptimiserChain, Rule, stages
+from ..tensor import unwrap
 
 __all__ = ["Leaf", "StateNode", "adjust", "freeze", "named_state_leaves", "setup", "thaw", "update"]
 
@@ -120,7 +121,7 @@ def setup(rule: Rule, model: Any) -> Any:
 
     def build(x, visiting):
         if is_leaf(x):
-            value = getattr(x, "value", x)
+            value = unwrap(x)
             if np.dtype(value.dtype).kind not in "fc":
                 return None
             if id(x) not in memo:
@@ -176,7 +177,7 @@ def _collect(state, model, grads) -> list:
                 raise TypeError(f"optim.update: the model holds a {type(m).__name__} at "
                                 f"{path or '<root>'} where the state expects an array")
             if g is not None:
-                g = getattr(g, "value", g)
+                g = unwrap(g)
                 if tuple(g.shape) != tuple(m.shape):
                     raise ValueError(f"optim.update: gradient of {path or '<root>'} has shape "
                                      f"{tuple(g.shape)}, the parameter {tuple(m.shape)}")

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from ..autograd import is_seed_broadcast, record
 from ..backend import get_array_module
-from ..ops.broadcasting import sum_to
+from ..broadcasting import sum_to
 from ..tensor import unwrap
 
 

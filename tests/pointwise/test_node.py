@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import minflux as mf
 from minflux.autograd import Tape, recording
-from minflux.ops.broadcasting import sum_to
+from minflux.broadcasting import sum_to
 from minflux.pointwise.eager import apply_primitive_now
 from minflux.pointwise.node import broadcast_node
 

@@ -82,6 +82,9 @@ def _single_assignment(fn: Function):
             value = Call(value.op, tuple(rename(a) for a in value.args)) if isinstance(value, Call) \
                 else rename(value)
             name = f"a{count}"
+            while name in fn.kinds or name in fn.params:   # never a name the function already uses
+                count += 1
+                name = f"a{count}"
             count += 1
             kinds[name] = kinds[s.target]
             current[s.target] = name

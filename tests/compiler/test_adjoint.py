@@ -98,3 +98,25 @@ def test_functions_with_loops_keep_duals_and_refuse_the_adjoint():
     np.testing.assert_allclose(g, [1.0, 0.25, 0.0625])
     with pytest.raises(ValueError, match="without while/for loops"):
         mf.gradient(lambda x: mf.sum(mf.broadcast(halve, x, mode="adjoint")), x)
+
+
+def test_the_adjoint_never_reuses_a_name_the_function_has():
+    """Single assignment renames variables to a<n>; an IR whose own names look like that stays right."""
+    import numpy as np
+
+    from minflux.compiler.compiled import compiled_ir
+    from minflux.compiler.ir import Assign, Call, Const, Function, Return, Var
+
+    def build():
+        return Function("clash", ["a0", "a1"], [Assign("a2", Call("multiply", (Var("a0"), Const(0.5)))),
+                                               Assign("a3", Call("add", (Var("a2"), Var("a1")))),
+                                               Return((Var("a3"),))], temps={"a2", "a3"})
+
+    cf = compiled_ir(("adjoint name clash",), build)
+    x, y = np.array([2.0, 4.0]), np.array([1.0, 1.0])
+    dual, outs = cf.run([x, y], ("f", "f"), np.float64, (0, 1), (2,), "adjoint")
+    np.testing.assert_allclose(outs[0], 0.5 * x + y)
+    partials = dict(dual.constants)
+    partials.update({slot: out for slot, out in zip(dual.slots, outs[1:])})
+    np.testing.assert_allclose(np.broadcast_to(partials[(0, 0)], (2,)), [0.5, 0.5])
+    np.testing.assert_allclose(np.broadcast_to(partials[(0, 1)], (2,)), [1.0, 1.0])

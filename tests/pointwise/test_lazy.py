@@ -11,7 +11,7 @@ from minflux.testing import check_grad
 
 @pytest.fixture
 def fuse_at_once():
-    old = mf.set_fusion(enabled=True, compile_after=1)
+    old = mf.set_fusion(enabled=True, compile_after=1, min_elements=1)
     mf.fusion_stats(reset=True)
     yield
     mf.set_fusion(**old)
@@ -29,7 +29,7 @@ def test_three_ops_inside_gradient_launch_one_kernel(fuse_at_once, rng):
 
 
 def test_a_new_structure_runs_op_by_op_until_it_is_seen_again(rng):
-    old = mf.set_fusion(enabled=True, compile_after=2)
+    old = mf.set_fusion(enabled=True, compile_after=2, min_elements=1)
     try:
         mf.fusion_stats(reset=True)
         x = rng.standard_normal(6)
@@ -171,7 +171,7 @@ def test_random_expressions_agree_with_and_without_fusion(seed):
 
     results = []
     for enabled in (False, True):
-        old = mf.set_fusion(enabled=enabled, compile_after=1)
+        old = mf.set_fusion(enabled=enabled, compile_after=1, min_elements=1)
         try:
             results.append(mf.withgradient(f, *inputs))
         finally:
@@ -183,3 +183,12 @@ def test_random_expressions_agree_with_and_without_fusion(seed):
             assert a is None and b is None or not np.any(a if b is None else b)
         else:
             np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_tiny_results_run_at_once(rng):
+    with mf.fusion(min_elements=64):
+        mf.fusion_stats(reset=True)
+        mf.gradient(lambda x: mf.sum(x * x + 1.0), rng.standard_normal(8))
+        assert mf.fusion_stats()["deferred"] == 0
+        mf.gradient(lambda x: mf.sum(x * x + 1.0), rng.standard_normal(64))
+        assert mf.fusion_stats()["deferred"] == 2

@@ -13,8 +13,11 @@ from .backend import DeviceError, cupy_module, gpu_available, is_cupy_array
 from .tree import map_arrays
 
 
-def resolve_device(device: str) -> str:
+def resolve_device(device: str, warn: bool = True) -> str:
     """Turn ``"cpu" | "gpu" | "auto"`` into ``"cpu"`` or ``"gpu"``; ``"gpu"`` without a GPU is an error.
+
+    ``"auto"`` without a GPU falls back to the CPU with a RuntimeWarning saying why (unless ``warn``
+    is False: a caller that reports the device it chose itself).
 
     >>> resolve_device("cpu")
     'cpu'
@@ -28,7 +31,8 @@ def resolve_device(device: str) -> str:
     why = "CuPy is not installed (pip install 'minflux[gpu]')" if cupy_module() is None else "CuPy sees no CUDA device"
     if device == "gpu":
         raise DeviceError(f'device "gpu" was requested but {why}; use device "cpu" or "auto"')
-    warnings.warn(f'device "auto" falls back to the CPU: {why}', RuntimeWarning, stacklevel=3)
+    if warn:
+        warnings.warn(f'device "auto" falls back to the CPU: {why}', RuntimeWarning, stacklevel=3)
     return "cpu"
 
 

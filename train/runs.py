@@ -164,7 +164,7 @@ def pick_device(device: str) -> str:
     'cpu'
     """
     try:
-        return resolve_device(device)
+        return resolve_device(device, warn=False)  # the run's header names the device it trains on
     except (DeviceError, ValueError) as e:
         raise RunError(f"train.device: {e} (set it with --set train.device=...)") from None
 

@@ -11,6 +11,26 @@ from pathlib import Path
 from minflux.files import write_atomically
 
 RESULTS = Path(__file__).resolve().parent / "results"
+_GENERATED = None
+
+
+def source_module(name: str, source: str):
+    """Import generated Python ``source`` as module ``name`` from a file (the compiler and numba
+    read a function's source, so generated benchmark code lives in a real file)."""
+    import importlib.util
+    import sys
+    import tempfile
+
+    global _GENERATED
+    if _GENERATED is None:
+        _GENERATED = Path(tempfile.mkdtemp(prefix="minflux-bench-"))
+    path = _GENERATED / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def machine() -> str:

@@ -18,9 +18,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (see cell_update.py)
 
 import argparse  # noqa: E402
-import importlib.util  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -29,26 +27,14 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import markdown_table, median_time, write_results  # noqa: E402
-
-_DIR = Path(tempfile.mkdtemp(prefix="minflux-arity-"))
-
-
-def _module(name: str, source: str):
-    path = _DIR / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+from _common import markdown_table, median_time, source_module, write_results  # noqa: E402
 
 
 def scalar_function(n: int):
     """The scalar function of n arguments, written out as source (the compiler reads source)."""
     args = ", ".join(f"x{k}" for k in range(n))
     factors = " * ".join(f"(x{k} if x{k} > 0.5 else -x{k})" for k in range(n))
-    return getattr(_module(f"arity_fn_{n}", f"def f({args}):\n    return {factors}\n"), "f")
+    return getattr(source_module(f"arity_fn_{n}", f"def f({args}):\n    return {factors}\n"), "f")
 
 
 def hand_written(n: int):
@@ -74,7 +60,7 @@ def hand_written(n: int):
     lines.append(f"            y[r, j] = p{n}")
     for k in range(n):
         lines.append(f"            g{k}[r, j] = p{k} * q{k + 1} * d{k}")
-    kernel = _module(f"arity_hand_{n}", "\n".join(lines) + "\n").kernel
+    kernel = source_module(f"arity_hand_{n}", "\n".join(lines) + "\n").kernel
 
     def run(*xs):
         y = np.empty_like(xs[0])

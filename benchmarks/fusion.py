@@ -24,7 +24,6 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep between peers
 
 import argparse  # noqa: E402
-import importlib.util  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -35,9 +34,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import markdown_table, median_time, write_results  # noqa: E402
-
-_DIR = Path(tempfile.mkdtemp(prefix="minflux-fusion-"))
+from _common import markdown_table, median_time, source_module, write_results  # noqa: E402
 
 # op j of the chain, as a template over the running value h and the second input y
 STEPS = ["h * y", "tanh(h)", "h + 0.5 * y", "sigmoid(h)", "where(h > 0.25, h, y * h)", "h - y * 0.125",
@@ -48,23 +45,13 @@ def chain(k: int) -> list[str]:
     return [STEPS[j % len(STEPS)] for j in range(k)]
 
 
-def _module(name: str, source: str):
-    path = _DIR / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def minflux_ordinary(k: int):
     """The chain as ordinary minflux code (operators and mf.* calls)."""
     lines = ["import minflux as mf", "from minflux import tanh, sigmoid, where", "",
              "def loss(x, y):", "    h = x"]
     lines += [f"    h = {step}" for step in chain(k)]
     lines += ["    return mf.sum(h)"]
-    return _module(f"fusion_ordinary_{k}", "\n".join(lines) + "\n").loss
+    return source_module(f"fusion_ordinary_{k}", "\n".join(lines) + "\n").loss
 
 
 def minflux_elementwise(k: int):
@@ -76,7 +63,7 @@ def minflux_elementwise(k: int):
             step = "h if h > 0.25 else y * h"
         lines.append(f"    h = {step}")
     lines += ["    return h", "", "def loss(x, y):", "    return mf.sum(chained(x, y))"]
-    return _module(f"fusion_elementwise_{k}", "\n".join(lines) + "\n").loss
+    return source_module(f"fusion_elementwise_{k}", "\n".join(lines) + "\n").loss
 
 
 def torch_loss(k: int):

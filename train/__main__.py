@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import time
+import traceback
+
+from minflux import distributed
 
 from .cli import EXPECTED, command, one_line, prog
 from .config import load_config
@@ -33,7 +37,20 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def resolve(args):
-    """The config and run directory the arguments ask for."""
+    """The config and run directory the arguments ask for (rank 0's choice, on every rank)."""
+    if distributed.size() > 1 and args.out is None:
+        args.out = distributed.broadcast_object(_default_out(args) if distributed.is_main() else None)
+    return _resolve(args)
+
+
+def _default_out(args):
+    try:
+        return _resolve(args)[1].path
+    except EXPECTED:
+        return None  # every rank then meets the same error in _resolve
+
+
+def _resolve(args):
     if args.resume:
         if args.out is None:
             cfg = load_config(args.config, args.overrides)
@@ -60,52 +77,83 @@ def set_keys(overrides: list[str]) -> list[str]:
 
 @command
 def main(argv=None) -> int:
-    """``python -m train``: returns 0 when done, 1 on an error, 130 when interrupted."""
+    """``python -m train``: returns 0 when done, 1 on an error, 130 when interrupted.
+
+    Under ``mpiexec -n N`` every rank runs this; an error or interrupt on any rank ends the whole
+    job (the others would otherwise wait for it in their next collective).
+    """
+    distributed.init()
     try:
-        return _main(argv)
+        status = _main(argv)
+    except BaseException as exc:
+        if distributed.size() > 1:
+            if isinstance(exc, EXPECTED + (KeyboardInterrupt,)):
+                _say(f"error: {one_line(exc)}" if isinstance(exc, EXPECTED) else "interrupted",
+                     file=sys.stderr)
+            else:
+                traceback.print_exc()
+            _say(f"ending all {distributed.size()} ranks", file=sys.stderr)
+            distributed.abort(130 if isinstance(exc, KeyboardInterrupt) else 1)
+        raise
     finally:
         remove_logging()
+    if status == 1 and distributed.size() > 1:
+        distributed.abort(status)  # an error on this rank: the others may be waiting for it
+    return status
+
+
+def _say(*args, **kwargs) -> None:
+    """print on rank 0 (errors print on every rank that has them, named by rank)."""
+    if kwargs.get("file") is sys.stderr and distributed.size() > 1:
+        args = (f"[rank {distributed.rank()}]", *args)
+    elif not distributed.is_main():
+        return
+    print(*args, **kwargs, flush=True)
 
 
 def _main(argv=None) -> int:
     args = parse_args(argv)
     run = None
     try:
-        level = logging.WARNING if args.quiet else logging.INFO
+        main_rank = distributed.is_main()
+        level = logging.WARNING if args.quiet or not main_rank else logging.INFO
         configure_logging(None, level)
         cfg, run = resolve(args)
         source = "" if args.resume else f"from {args.config}" + "".join(f" --set {o}" for o in args.overrides)
-        with run.locked():
+        with run.locked() if main_rank else contextlib.nullcontext():
             trainer = start_run(cfg, run, args.resume, set_keys(args.overrides), source)
-            configure_logging(run.log, level)
+            if main_rank:
+                configure_logging(run.log, level)
             started = time.perf_counter()
             outcome = trainer.fit()
     except DatasetNotFoundError:
         raise
     except EXPECTED as exc:
-        print(f"error: {one_line(exc)}", file=sys.stderr)
+        _say(f"error: {one_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        if distributed.size() > 1:
+            raise  # main() ends every rank
         if run is None or not run.latest.is_file():
-            print("\naborted before the first checkpoint; nothing was saved", file=sys.stderr)
+            _say("\naborted before the first checkpoint; nothing was saved", file=sys.stderr)
             return 130
-        print(f"\naborted without saving the last steps; the last checkpoint is {run.latest} "
+        _say(f"\naborted without saving the last steps; the last checkpoint is {run.latest} "
               f"(continue with: python -m train --out {run} --resume)", file=sys.stderr)
         return 130
     took = time.perf_counter() - started
     p = outcome.position
     if outcome.stopped == "interrupted":
-        print(f"stopped at step {p.step} (epoch {p.epoch}); continue with:\n"
+        _say(f"stopped at step {p.step} (epoch {p.epoch}); continue with:\n"
               f"    python -m train --out {run} --resume")
         return 130
-    print(f"\nvalidation: {outcome.valid} [step {p.step}, {took / 60:.1f} min this session]")
+    _say(f"\nvalidation: {outcome.valid} [step {p.step}, {took / 60:.1f} min this session]")
     if outcome.best_bpc is not None and outcome.best_bpc < outcome.valid.bpc:
-        print(f"best validation: {outcome.best_bpc:.4f} bits per character ({run.best})")
-    print(f"\nsample (temperature {cfg.sample.temperature}):")
-    print(cfg.sample.prime + outcome.sample)
-    print(f"\nrun files: {run}/ (config.toml, metrics.jsonl, train.log, sample.txt, checkpoints/best.h5, "
+        _say(f"best validation: {outcome.best_bpc:.4f} bits per character ({run.best})")
+    _say(f"\nsample (temperature {cfg.sample.temperature}):")
+    _say(cfg.sample.prime + outcome.sample)
+    _say(f"\nrun files: {run}/ (config.toml, metrics.jsonl, train.log, sample.txt, checkpoints/best.h5, "
           f"checkpoints/latest.h5)")
-    print(f"next: python -m train.evaluate {run} --split test | python -m train.sample {run} --prime \"...\"\n"
+    _say(f"next: python -m train.evaluate {run} --split test | python -m train.sample {run} --prime \"...\"\n"
           f"      python -m train.boundaries {run} --text \"...\" | python -m train.plot {run}")
     return 0
 

@@ -20,6 +20,7 @@ import minflux as mf
 
 from .cli import command, prog
 from .data import StreamBatcher
+from .data.batching import block
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,13 @@ def take_rows(state, rows: int):
 
 
 def evaluate_tokens(model, tokens: np.ndarray, batch_size: int, seq_len: int, device: str = "cpu",
-                    max_chars: int = 0, on_window=None) -> Evaluation:
+                    max_chars: int = 0, on_window=None, shard: tuple[int, int] = (0, 1)) -> Evaluation:
     """Mean cross-entropy of ``model`` predicting ``tokens`` (every token after the first, once).
 
     ``max_chars`` > 0 evaluates only the first ``max_chars + 1`` tokens. The model is called as
     ``model(inputs, state) -> (logits, state, boundaries)`` with ``model.initial_state(streams)``.
+    ``shard=(rank, ranks)`` evaluates only that rank's contiguous block of the streams (the result's
+    ``chars`` says how many it predicted; ``streams`` is still the total).
 
     >>> class Uniform:  # every one of 4 symbols with probability 1/4: exactly 2 bits
     ...     def initial_state(self, batch): return [np.zeros((batch, 1))]
@@ -64,24 +67,31 @@ def evaluate_tokens(model, tokens: np.ndarray, batch_size: int, seq_len: int, de
     >>> result = evaluate_tokens(Uniform(), np.arange(101) % 4, batch_size=3, seq_len=10)
     >>> round(result.bpc, 6), result.chars, result.streams
     (2.0, 100, 3)
+    >>> evaluate_tokens(Uniform(), np.arange(101) % 4, batch_size=3, seq_len=10, shard=(1, 2)).chars
+    33
     """
     if max_chars:
         tokens = tokens[:max_chars + 1]
     batch_size = max(1, min(batch_size, len(tokens) - 1))
     batcher = StreamBatcher(tokens, batch_size, seq_len)
+    mine = block(batch_size, *shard)
     total, count = 0.0, 0
-    state = model.initial_state(batch_size)
+    held = mine.stop - mine.start
+    state = model.initial_state(held) if held else None
     with mf.no_grad():
         for window in batcher:
-            if window.streams < batch_size:
-                state = take_rows(state, window.streams)
-            inputs, targets = mf.to_device((window.inputs, window.targets), device)
-            logits, state, _ = model(inputs, state)
-            total += float(mf.to_numpy(mf.cross_entropy(logits, targets, reduction="sum")))
-            count += window.targets.size
+            rows = min(mine.stop, window.streams) - mine.start
+            if rows > 0:
+                if rows < held:
+                    state, held = take_rows(state, rows), rows
+                part = slice(mine.start, mine.start + rows)
+                inputs, targets = mf.to_device((window.inputs[part], window.targets[part]), device)
+                logits, state, _ = model(inputs, state)
+                total += float(mf.to_numpy(mf.cross_entropy(logits, targets, reduction="sum")))
+                count += rows * window.steps
             if on_window is not None:
                 on_window(window)
-    return Evaluation(total / count, count, batch_size)
+    return Evaluation(total / count if count else 0.0, count, batch_size)
 
 
 @command

@@ -35,6 +35,7 @@ from .data import StreamBatcher
 from .divergence import TrainingDiverged, describe_nonfinite, nonfinite_leaves
 from .evaluate import Evaluation, evaluate_tokens
 from .metrics import MetricsLog
+from .parallel import DataParallel
 from .progress import progress_bar
 from .resume import check_resumable
 from .runs import RunDir, RunError, build_model, corpus_for, pick_device
@@ -176,12 +177,14 @@ class Trainer:
         self.cfg, self.run, self.resume, self.set_keys = cfg, run, resume, set(set_keys)
         t = cfg.train
         self.device = pick_device(t.device)
-        self.corpus = corpus_for(cfg)
+        self.parallel = DataParallel(t.batch_size)
+        self.corpus = self.parallel.once(lambda: corpus_for(cfg))
         self.vocab = self.corpus.vocab
         self.batcher = StreamBatcher(self.corpus.split("train"), t.batch_size, t.seq_len, drop_tail=True)
         self.valid_tokens = self.corpus.split("valid")
         self.rng = np.random.default_rng(t.seed)
-        self.model = mf.to_device(build_model(cfg.model, len(self.vocab), self.rng), self.device)
+        self.model = self.parallel.same_everywhere(
+            mf.to_device(build_model(cfg.model, len(self.vocab), self.rng), self.device))
         self.opt_state = mf.optim.setup(optimiser(cfg.optim), self.model)
         self.schedule = mf.optim.ReduceOnPlateau(lr=cfg.optim.lr, factor=1.0 / cfg.optim.plateau_factor,
                                                  patience=cfg.optim.plateau_patience,
@@ -191,21 +194,24 @@ class Trainer:
         self.best_bpc: float | None = None
         self.elapsed = 0.0
         self.meter = _Meter()
-        self.metrics = MetricsLog(run.metrics)
+        self.metrics = self.parallel.metrics(MetricsLog(run.metrics))
         self.stop = _StopFlag()
         self.begun = False
 
     # -- checkpoints --------------------------------------------------------------------------
 
-    def _meta(self) -> dict:
+    def _meta(self, recurrent_state) -> dict:
         p = self.position
-        return dict(step=p.step, epoch=p.epoch, window=p.window, recurrent_state=self.state,
+        return dict(step=p.step, epoch=p.epoch, window=p.window, recurrent_state=recurrent_state,
                     rng=self.rng, schedule=self.schedule.state_dict(), best_bpc=self.best_bpc,
                     elapsed=self.elapsed, vocabulary=self.vocab.to_json(), config=dump_toml(self.cfg),
                     slope=float(getattr(self.model, "slope", 1.0)), meter=self.meter.state_dict())
 
     def save(self, which: str = "latest") -> None:
-        mf.save(self.run.checkpoint(which), model=self.model, opt_state=self.opt_state, **self._meta())
+        state = self.parallel.gather_state(self.state)  # every rank takes part; rank 0 writes
+        if self.parallel.is_main:
+            mf.save(self.run.checkpoint(which), model=self.model, opt_state=self.opt_state,
+                    **self._meta(state))
 
     def begin(self) -> None:
         """Restore the latest checkpoint (on resume) or start the metrics afresh; before `fit`."""
@@ -236,7 +242,7 @@ class Trainer:
         mf.load(file, model=self.model, opt_state=self.opt_state)
         self.position = Position(meta["step"], meta["epoch"], meta["window"])
         state = meta["recurrent_state"]
-        self.state = None if state is None else mf.to_device(state, self.device)
+        self.state = None if state is None else mf.to_device(self.parallel.local_state(state), self.device)
         self.rng = meta["rng"]
         self.schedule.load_state_dict(meta["schedule"])
         self.best_bpc, self.elapsed = meta["best_bpc"], meta["elapsed"]
@@ -289,7 +295,10 @@ class Trainer:
 
         with mf.fusion(compile_after=1):  # every step fused alike, whatever ran before: exact resume
             (loss, new_state, boundaries), (grads,) = mf.withgradient(loss_of, self.model)
-        loss = float(mf.to_numpy(loss))
+        rates = None
+        if boundaries is not None and boundaries.shape[-1]:
+            rates = mf.to_numpy(boundaries).reshape(-1, boundaries.shape[-1]).mean(axis=0)
+        loss, grads, rates = self.parallel.average(float(mf.to_numpy(loss)), grads, rates)
         if not math.isfinite(loss):
             raise self._diverged(f"the loss is {loss}")
         bad = nonfinite_leaves(grads)
@@ -301,15 +310,14 @@ class Trainer:
             raise self._diverged("the global gradient norm overflowed (every gradient element is "
                                  "finite, but their squares sum to more than the dtype holds)") from None
         self.state = new_state
-        rates = None
-        if boundaries is not None and boundaries.shape[-1]:
-            rates = mf.to_numpy(boundaries).reshape(-1, boundaries.shape[-1]).mean(axis=0)
         return loss, rates
 
     def validate(self, max_chars: int | None = None) -> Evaluation:
         t = self.cfg.train
-        return evaluate_tokens(self.model, self.valid_tokens, t.eval_batch_size or t.batch_size,
-                               t.seq_len, self.device, t.eval_chars if max_chars is None else max_chars)
+        dp = self.parallel
+        return dp.combine(evaluate_tokens(self.model, self.valid_tokens, t.eval_batch_size or t.batch_size,
+                                          t.seq_len, self.device, t.eval_chars if max_chars is None else
+                                          max_chars, shard=(dp.rank, dp.size)))
 
     def _after_validation(self, result: Evaluation) -> None:
         p = self.position
@@ -352,20 +360,22 @@ class Trainer:
         meter = self.meter
         meter.clock_starts()
         session_start = time.perf_counter() - self.elapsed
-        bar = progress_bar(total=total_steps, initial=p.step, desc=self.cfg.name, unit="step")
+        bar = progress_bar(total=total_steps, initial=p.step, desc=self.cfg.name, unit="step",
+                           disable=None if self.parallel.is_main else True)
         with bar, self.stop.installed():
             while p.step < total_steps:
                 if p.window == 0 or self.state is None:
                     self._set_slope()
-                    self.state = self.model.initial_state(t.batch_size)
-                window = self.batcher.window(p.window)
+                    self.state = self.model.initial_state(self.parallel.local_batch)
+                window = self.parallel.shard(self.batcher.window(p.window))
                 loss, rates = self.train_step(window)
                 p.step, p.window = p.step + 1, p.window + 1
                 epoch_done = p.window == len(self.batcher)
                 if epoch_done:
                     p.epoch, p.window, self.state = p.epoch + 1, 0, None
-                self.elapsed = time.perf_counter() - session_start
-                meter.add(loss, window.targets.size, rates)
+                stopping, self.elapsed = self.parallel.agree(self.stop.reason is not None,
+                                                             time.perf_counter() - session_start)
+                meter.add(loss, window.targets.size * self.parallel.size, rates)
                 if p.step % t.log_every == 0 or p.step == total_steps:
                     self._log_training(meter.take(), bar)
                 bar.update(1)
@@ -376,7 +386,7 @@ class Trainer:
                     meter.pause(time.perf_counter() - began)  # validation is not training speed
                 if due or epoch_done or p.step % t.checkpoint_every == 0:
                     self.save("latest")
-                if self.stop.reason:
+                if stopping:
                     stopped = "interrupted"
                     break
                 if self.elapsed >= time_budget:
@@ -406,9 +416,10 @@ class Trainer:
             self.save("best")
         s = self.cfg.sample
         outcome.valid = result
-        outcome.sample = generate(self.model, self.vocab, s.prime, s.length, s.temperature,
-                                  np.random.default_rng(self.cfg.train.seed), self.device)
-        write_atomically(self.run.sample, s.prime + outcome.sample + "\n")
+        if self.parallel.is_main:
+            outcome.sample = generate(self.model, self.vocab, s.prime, s.length, s.temperature,
+                                      np.random.default_rng(self.cfg.train.seed), self.device)
+            write_atomically(self.run.sample, s.prime + outcome.sample + "\n")
         self.metrics.write("end", step=self.position.step, stopped=stopped, valid_bpc=result.bpc,
                            valid_chars=result.chars, streams=result.streams, best_bpc=self.best_bpc,
                            seconds=self.elapsed)
@@ -424,7 +435,8 @@ def start_run(cfg: Config, run: RunDir, resume: bool, set_keys=(), source: str =
         raise RunError(f"{run} already holds a run; continue it with --resume, or choose another --out")
     trainer = Trainer(cfg, run, resume, set_keys)
     trainer.begin()
-    run.write_config(cfg, source)
+    if trainer.parallel.is_main:
+        run.write_config(cfg, source)
     return trainer
 
 

@@ -94,3 +94,15 @@ class StreamBatcher:
 
     def __iter__(self):
         return (self.window(i) for i in range(len(self)))
+
+
+def block(items: int, rank: int, ranks: int) -> slice:
+    """Rank ``rank``'s contiguous share of ``items`` split as evenly as possible over ``ranks``
+    (the first ``items % ranks`` ranks get one more).
+
+    >>> [block(5, r, 2) for r in range(2)]
+    [slice(0, 3, None), slice(3, 5, None)]
+    """
+    base, extra = divmod(items, ranks)
+    start = rank * base + min(rank, extra)
+    return slice(start, start + base + (rank < extra))

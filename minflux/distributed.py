@@ -224,8 +224,8 @@ def _abort_from_watchdog(world: _World, what: str, timeout: float) -> None:
     message = (f"minflux.distributed: rank {world.rank} of {world.size}: {what} did not finish within "
                f"{timeout:g} s; another rank has died, hangs, or is far behind. Aborting the whole job. "
                "(If steps legitimately take longer, raise MINFLUX_COLLECTIVE_TIMEOUT.)")
-    log.critical(message)
-    print(message, file=sys.stderr, flush=True)
+    log.critical(message)  # without handlers, logging's last resort prints it on stderr
+    sys.stderr.flush()
     _abort(world, 1)
 
 
@@ -433,7 +433,8 @@ def broadcast_tree(tree: Any, root: int = 0, bucket_bytes: int = DEFAULT_BUCKET_
 
     Use it at the start so that parameters, optimiser state and anything drawn from a random
     generator are identical everywhere. Every rank must pass a tree of the same structure (names,
-    shapes and dtypes are checked; a mismatch is a ValueError naming the first difference). Root gets
+    shapes and dtypes are checked; a mismatch is a ValueError on every rank naming the first
+    difference). Root gets
     its own tree back; with one rank the tree is returned unchanged.
 
     >>> import numpy as np
@@ -449,11 +450,16 @@ def broadcast_tree(tree: Any, root: int = 0, bucket_bytes: int = DEFAULT_BUCKET_
     mine = _signature(tree)
     with _watchdog.guard(world, "broadcast_tree", world.timeout):
         theirs = world.comm.bcast(mine if world.rank == root else None, root=root)
+        difference = None
         if theirs != mine:
-            first = next((f"{a} here, {b} on rank {root}" for a, b in zip(mine, theirs) if a != b),
-                         f"{len(mine)} arrays here, {len(theirs)} on rank {root}")
-            raise ValueError(f"broadcast_tree: rank {world.rank}'s tree differs from rank {root}'s "
-                             f"({first}); every rank must build the same model and state")
+            difference = next((f"{a} on rank {world.rank}, {b} on rank {root}"
+                               for a, b in zip(mine, theirs) if a != b),
+                              f"{len(mine)} arrays on rank {world.rank}, {len(theirs)} on rank {root}")
+        differences = [d for d in world.comm.allgather(difference) if d is not None]
+        if differences:  # raised on every rank, so none is left waiting for the others
+            raise ValueError(f"broadcast_tree: {len(differences)} rank(s) hold a tree that differs from "
+                             f"rank {root}'s (first: {differences[0]}); every rank must build the same "
+                             "model and state")
         received: dict = {}
         for dtype, members in _groups(arrays).items():
             flat = _pack(xp, members, dtype, 1)

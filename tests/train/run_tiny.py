@@ -2,7 +2,8 @@
 
 ``RUN_TINY_STEP_SECONDS`` slows every step down (so a test can kill the process mid-run);
 ``RUN_TINY_FSIZE`` sets RLIMIT_FSIZE (bytes) once training has started, with SIGXFSZ ignored, so a
-write past it fails the way a full disk does.
+write past it fails the way a full disk does. ``RUN_TINY_PID_DIR`` makes each MPI rank write its pid
+to ``rank<N>.pid`` there (so a test can kill one rank).
 """
 import os
 import resource
@@ -39,6 +40,9 @@ if __name__ == "__main__":  # only as a program: importing this file changes not
                                                                                             **common)
     if os.environ.get("RUN_TINY_STEP_SECONDS"):
         Trainer.train_step = slow_step(Trainer.train_step)
+    if os.environ.get("RUN_TINY_PID_DIR"):
+        Path(os.environ["RUN_TINY_PID_DIR"], f"rank{os.environ.get('PMI_RANK', '0')}.pid").write_text(
+            str(os.getpid()))
     if os.environ.get("RUN_TINY_FSIZE"):
         Trainer.fit = limited_fit(Trainer.fit)
     sys.exit(main(sys.argv[1:]))

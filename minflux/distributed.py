@@ -46,6 +46,7 @@ import numpy as np
 from . import backend
 from . import tree as _tree
 from .compiler.threads import set_num_threads, usable_cores
+from .tensor import unwrap
 
 __all__ = ["abort", "allreduce_tree", "barrier", "broadcast_object", "broadcast_tree", "gather_rows",
            "init", "is_main", "rank", "size"]
@@ -292,12 +293,8 @@ def _arrays(tree: Any) -> list:
     return _tree.leaves(tree, trainable_only=False)
 
 
-def _value(leaf):
-    return getattr(leaf, "value", leaf)
-
-
 def _module_of(arrays: list, what: str):
-    on_gpu = [backend.is_cupy_array(_value(a)) for a in arrays]
+    on_gpu = [backend.is_cupy_array(unwrap(a)) for a in arrays]
     if any(on_gpu) and not all(on_gpu):
         raise backend.DeviceError(f"{what} got numpy and CuPy arrays in one tree; move the whole tree to "
                                   "one device first (mf.to_device(tree, 'gpu') or 'cpu')")
@@ -308,18 +305,18 @@ def _groups(arrays: list) -> dict:
     """Arrays grouped by dtype, in first-appearance order."""
     groups: dict = {}
     for a in arrays:
-        groups.setdefault(np.dtype(_value(a).dtype), []).append(a)
+        groups.setdefault(np.dtype(unwrap(a).dtype), []).append(a)
     return groups
 
 
 def _pack(xp, arrays: list, dtype, multiple: int):
     """One flat buffer holding ``arrays`` one after another, zero-padded to a multiple of ``multiple``."""
-    total = sum(int(_value(a).size) for a in arrays)
+    total = sum(int(unwrap(a).size) for a in arrays)
     flat = xp.empty(-(-total // multiple) * multiple, dtype)
     flat[total:] = 0
     offset = 0
     for a in arrays:
-        v = _value(a)
+        v = unwrap(a)
         flat[offset:offset + v.size] = v.reshape(-1)
         offset += v.size
     return flat
@@ -329,7 +326,7 @@ def _unpack(flat, arrays: list) -> dict:
     """``id(array) -> its slice of flat``, shaped like the array."""
     out, offset = {}, 0
     for a in arrays:
-        v = _value(a)
+        v = unwrap(a)
         out[id(a)] = flat[offset:offset + v.size].reshape(v.shape)
         offset += v.size
     return out
@@ -424,7 +421,7 @@ def _nccl_reduce(world: _World, flat, op: str, step: int, cupy) -> None:
 
 
 def _signature(tree: Any) -> list:
-    return [(name, tuple(_value(a).shape), np.dtype(_value(a).dtype).str)
+    return [(name, tuple(unwrap(a).shape), np.dtype(unwrap(a).dtype).str)
             for name, a in _tree.named_leaves(tree, trainable_only=False)]
 
 
@@ -496,7 +493,7 @@ def gather_rows(tree: Any, root: int = 0) -> Any:
     arrays = _arrays(tree)
     if world.size == 1 or not arrays:
         return tree
-    mine = [backend.to_numpy(_value(a)) for a in arrays]
+    mine = [backend.to_numpy(unwrap(a)) for a in arrays]
     with _watchdog.guard(world, "gather_rows", world.timeout):
         parts = world.comm.gather(mine, root=root)
     if world.rank != root:

@@ -373,8 +373,7 @@ class Trainer:
                 epoch_done = p.window == len(self.batcher)
                 if epoch_done:
                     p.epoch, p.window, self.state = p.epoch + 1, 0, None
-                stopping, self.elapsed = self.parallel.agree(self.stop.reason is not None,
-                                                             time.perf_counter() - session_start)
+                self.elapsed = time.perf_counter() - session_start
                 meter.add(loss, window.targets.size * self.parallel.size, rates)
                 if p.step % t.log_every == 0 or p.step == total_steps:
                     self._log_training(meter.take(), bar)
@@ -386,6 +385,8 @@ class Trainer:
                     meter.pause(time.perf_counter() - began)  # validation is not training speed
                 if due or epoch_done or p.step % t.checkpoint_every == 0:
                     self.save("latest")
+                # every rank stops at the same step when any was signalled or out of time
+                stopping, self.elapsed = self.parallel.agree(self.stop.reason is not None, self.elapsed)
                 if stopping:
                     stopped = "interrupted"
                     break

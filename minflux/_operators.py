@@ -15,6 +15,7 @@ import sys
 
 from .autograd import active_tape
 from .backend import to_numpy
+from . import ops
 from .ops import getitem, matmul, max, mean, min, reshape, sum, transpose, unstack
 from .pointwise import primitives as pw
 from .tensor import Tensor
@@ -87,14 +88,12 @@ def _array_function(self, func, types, args, kwargs):
     """
     name = func.__name__
     if name not in _METADATA and (_any_recording(args) or _any_recording(tuple(kwargs.values()))):
-        import minflux
-
         module = func.__module__ or "numpy"
         qualified = ("np." + module[len("numpy."):] + "." if module.startswith("numpy.") and
                      not module.startswith("numpy._") else "np.") + name
         alternative = {"norm": "norm", "concat": "concatenate", "vstack": "concatenate",
                        "hstack": "concatenate"}.get(name, name)
-        instead = (f"Use mf.{alternative} instead." if alternative in minflux.__all__ else
+        instead = (f"Use mf.{alternative} instead." if hasattr(ops, alternative) or hasattr(pw, alternative) else
                    "Use minflux ops on the Tensor (see mf.__all__).")
         raise _lost_gradient(qualified, instead)
     return func(*_unwrap_all(args), **{k: _unwrap_all(v) for k, v in kwargs.items()})

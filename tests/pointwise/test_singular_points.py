@@ -20,7 +20,9 @@ def backend(request):
 
 
 def grads(fn, *args, mode):
-    return mf.gradient(lambda *xs: mf.sum(mf.broadcast(fn, *xs, mode=mode)), *args)
+    # the zero term keeps the loss on the tape where the result does not depend on the arguments
+    return mf.gradient(lambda x, *rest: mf.sum(mf.broadcast(fn, x, *rest, mode=mode)) + 0.0 * mf.sum(x),
+                       *args)
 
 
 def zero_trip_sqrt(x1, n0):
@@ -59,7 +61,7 @@ def relu_of_sqrt(x):
 @pytest.mark.parametrize("mode", MODES)
 def test_a_loop_that_never_ran_contributes_nothing(backend, mode):
     g = grads(zero_trip_sqrt, np.array([2.0, 0.0]), np.array([0, 0]), mode=mode)[0]
-    assert g is None or np.array_equal(g, [0.0, 0.0])
+    np.testing.assert_array_equal(g, [0.0, 0.0])
     g = grads(zero_trip_sqrt, np.array([4.0]), np.array([1]), mode=mode)[0]
     np.testing.assert_allclose(g, [0.25])
 

@@ -93,7 +93,8 @@ def _array_function(self, func, types, args, kwargs):
                      not module.startswith("numpy._") else "np.") + name
         alternative = {"norm": "norm", "concat": "concatenate", "vstack": "concatenate",
                        "hstack": "concatenate"}.get(name, name)
-        instead = (f"Use mf.{alternative} instead." if hasattr(ops, alternative) or hasattr(pw, alternative) else
+        known = hasattr(ops, alternative) or hasattr(pw, alternative)
+        instead = (f"Use mf.{alternative} instead." if known else
                    "Use minflux ops on the Tensor (see mf.__all__).")
         raise _lost_gradient(qualified, instead)
     return func(*_unwrap_all(args), **{k: _unwrap_all(v) for k, v in kwargs.items()})

@@ -276,8 +276,8 @@ def map(fn: Callable, tree: Any, *others: Any, none_as_zero: bool = False) -> An
                                  f"(keys {[key for key, _ in theirs] if theirs else type(x).__name__}, "
                                  f"expected {keys})")
             lookups.append(dict(theirs))
-        below = [(tuple(None if d is None else d[key] for d in lookups), f"{path}.{key}" if path else str(key))
-                 for key, _ in kids]
+        below = [(tuple(None if d is None else d[key] for d in lookups),
+                  f"{path}.{key}" if path else str(key)) for key, _ in kids]
 
         def combine(results):
             changed = {key: new for (key, child), new in zip(kids, results) if new is not child}

@@ -155,10 +155,11 @@ class CompiledFunction:
             outs = self._run_numba(dual, arrays, float_dtype, shape)
         if not self.parsed.loop_sites:
             return dual, outs
-        public = self.duals.get((kinds, wrt, "public"))
-        if public is None:  # the same partials, without the flag output
-            public = self.duals[(kinds, wrt, "public")] = dataclasses.replace(dual, n_outputs=dual.n_outputs - 1)
-        return public, self.check_loops(outs, dual.n_outputs)
+        hit = self.duals.get(("without flag", id(dual)))
+        if hit is None or hit[0] is not dual:  # the same partials, without the flag output
+            hit = self.duals[("without flag", id(dual))] = (dual, dataclasses.replace(
+                dual, n_outputs=dual.n_outputs - 1))
+        return hit[1], self.check_loops(outs, dual.n_outputs)
 
     def _run_numba(self, dual: DualFunction, arrays: list, float_dtype, shape: tuple) -> list:
         from . import numba_backend  # numba is imported on the first kernel, not with minflux

@@ -115,8 +115,9 @@ def check(tmp_path, source: str, shapes, draw_values, counts):
     smooth = [(np.abs(fd[1e-6][k] - fd[1e-5][k]) <= 1e-4 * (1 + np.abs(fd[1e-6][k])))
               & (np.abs(fd["one-sided"][k]) <= 1e-3 * (1 + np.abs(fd[1e-6][k]))) for k in range(2)]
     prog = load(tmp_path, source, compiled=True)
+    modes = [m for m in _MODES if m != "adjoint" or "for k in range" not in source]  # loop-free only
     results = {(mode, backend): minflux_gradients(prog, x0, x1, n0, mode, backend)
-               for mode, backend in itertools.product(_MODES, ("numba", "numpy"))}
+               for mode, backend in itertools.product(modes, ("numba", "numpy"))}
     reference = results[("mixed", "numpy")]
     for key, (out, grads) in results.items():
         np.testing.assert_allclose(out, values, rtol=1e-12, atol=1e-12, err_msg=f"{key}\n{source}")

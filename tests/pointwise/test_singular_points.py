@@ -8,7 +8,7 @@ import pytest
 import minflux as mf
 from minflux.testing import check_grad
 
-MODES = ("mixed", "reverse")
+from minflux.pointwise.functions import _MODES as MODES
 
 
 @pytest.fixture(params=["numba", "numpy"])
@@ -60,6 +60,8 @@ def relu_of_sqrt(x):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_loop_that_never_ran_contributes_nothing(backend, mode):
+    if mode == "adjoint":
+        pytest.skip("the element-local adjoint differentiates loop-free functions only")
     g = grads(zero_trip_sqrt, np.array([2.0, 0.0]), np.array([0, 0]), mode=mode)[0]
     np.testing.assert_array_equal(g, [0.0, 0.0])
     g = grads(zero_trip_sqrt, np.array([4.0]), np.array([1]), mode=mode)[0]

@@ -18,7 +18,7 @@ are not counted. The cap is a compile-time constant: changing it recompiles what
 >>> try:
 ...     mf.broadcast(forever, np.array([-1.0, 1.0]))
 ... except mf.LoopLimitError as e:
-...     print(str(e).split(": ", 1)[1][:62])
+...     print(str(e).split(": ", 1)[1][:61])
 the while loop in forever ran more than 50 iterations on 1 of
 >>> mf.set_max_loop_iterations(before)
 """

@@ -13,6 +13,7 @@ from .backend import (DeviceError, default_dtype, get_array_module, gpu_availabl
 from .compiler.compiled import get_elementwise_backend, set_elementwise_backend
 from .compiler.errors import CompileError
 from .compiler.threads import get_num_threads, set_num_threads
+from .compiler.loop_limit import LoopLimitError, get_max_loop_iterations, set_max_loop_iterations
 from .device import to_device
 from .dlpack import from_dlpack
 from .io import load, save
@@ -38,22 +39,22 @@ _install_operators(Tensor)
 get_num_threads()   # applies MINFLUX_NUM_THREADS to the kernel pool and to BLAS now
 
 __all__ = [
-    "CompileError", "DeviceError", "HostTransferError", "Tensor", "__version__", "abs", "acos", "acosh",
-    "add", "all", "any", "arange", "argmax", "argmin", "asin", "asinh", "atan", "atan2", "atanh",
-    "binary_cross_entropy_with_logits", "broadcast", "broadcast_to", "ceil", "clip", "concatenate", "cos",
-    "cosh", "cross_entropy", "cumsum", "default_dtype", "divide", "dot", "einsum", "elementwise", "equal",
-    "exp", "expand_dims", "expm1", "flatten", "flip", "floor", "floor_divide", "from_dlpack", "full",
-    "full_like", "fusion", "fusion_stats", "get_array_module", "get_elementwise_backend", "get_num_threads",
-    "getitem", "gpu_available", "gradient",
-    "greater", "greater_equal", "hypot", "is_array", "isfinite", "isnan", "kl_divergence", "less",
-    "less_equal", "load", "log", "log10", "log1p", "log2", "log_softmax", "logical_and", "logical_not",
-    "logical_or", "logsumexp", "matmul", "max", "maximum", "mean", "min", "minimum", "mod", "moveaxis",
-    "mse", "multiply", "negative", "nll", "nn", "no_grad", "no_host_transfers", "norm", "not_equal",
-    "one_hot", "ones", "ones_like", "optim", "outer", "pad", "power", "prod", "relu", "repeat", "reshape",
-    "roll", "round", "save", "scalar_rule", "set_default_dtype", "set_elementwise_backend", "set_fusion",
-    "set_num_threads", "sigmoid",
-    "sign", "sin", "sinh", "softmax", "softplus", "split", "sqrt", "squeeze", "stack", "std",
-    "stop_gradient", "subtract", "sum", "sum_to", "swapaxes", "take", "take_along_axis", "tan", "tanh",
-    "tensordot", "tile", "to_device", "to_numpy", "transpose", "tree", "trunc", "unstack", "var", "where",
-    "withgradient", "zeros", "zeros_like",
+    "__version__", "abs", "acos", "acosh", "add", "all", "any", "arange", "argmax", "argmin", "asin",
+    "asinh", "atan", "atan2", "atanh", "binary_cross_entropy_with_logits", "broadcast", "broadcast_to",
+    "ceil", "clip", "CompileError", "concatenate", "cos", "cosh", "cross_entropy", "cumsum",
+    "default_dtype", "DeviceError", "divide", "dot", "einsum", "elementwise", "equal", "exp",
+    "expand_dims", "expm1", "flatten", "flip", "floor", "floor_divide", "from_dlpack", "full",
+    "full_like", "fusion", "fusion_stats", "get_array_module", "get_elementwise_backend",
+    "get_max_loop_iterations", "get_num_threads", "getitem", "gpu_available", "gradient", "greater",
+    "greater_equal", "HostTransferError", "hypot", "is_array", "isfinite", "isnan", "kl_divergence",
+    "less", "less_equal", "load", "log", "log10", "log1p", "log2", "log_softmax", "logical_and",
+    "logical_not", "logical_or", "logsumexp", "LoopLimitError", "matmul", "max", "maximum", "mean",
+    "min", "minimum", "mod", "moveaxis", "mse", "multiply", "negative", "nll", "nn", "no_grad",
+    "no_host_transfers", "norm", "not_equal", "one_hot", "ones", "ones_like", "optim", "outer", "pad",
+    "power", "prod", "relu", "repeat", "reshape", "roll", "round", "save", "scalar_rule",
+    "set_default_dtype", "set_elementwise_backend", "set_fusion", "set_max_loop_iterations",
+    "set_num_threads", "sigmoid", "sign", "sin", "sinh", "softmax", "softplus", "split", "sqrt",
+    "squeeze", "stack", "std", "stop_gradient", "subtract", "sum", "sum_to", "swapaxes", "take",
+    "take_along_axis", "tan", "tanh", "Tensor", "tensordot", "tile", "to_device", "to_numpy",
+    "transpose", "tree", "trunc", "unstack", "var", "where", "withgradient", "zeros", "zeros_like",
 ]

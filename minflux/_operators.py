@@ -11,23 +11,93 @@ operators call live above it, so they are assigned here (the pattern of Chainer'
 """
 from __future__ import annotations
 
+import sys
+
+from .autograd import active_tape
 from .backend import to_numpy
+from . import ops
 from .ops import getitem, matmul, max, mean, min, reshape, sum, transpose, unstack
 from .pointwise import primitives as pw
+from .tensor import Tensor
 
 
 def _binary(op):
     return lambda self, other: op(self, other), lambda self, other: op(other, self)
 
 
+def _recording(t) -> bool:
+    """True when ``t`` is tracked by the gradient computation that is recording right now."""
+    return isinstance(t, Tensor) and t._tape is not None and t._tape is active_tape()
+
+
+def _caller() -> str:
+    """``file:line`` of the innermost frame outside numpy and this module (where the user called)."""
+    frame = sys._getframe(2)
+    while frame is not None and (frame.f_globals.get("__name__", "").startswith("numpy")
+                                 or frame.f_code.co_filename == __file__):
+        frame = frame.f_back
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "<unknown>"
+
+
+def _lost_gradient(operation: str, instead: str) -> TypeError:
+    return TypeError(
+        f"{operation} was applied at {_caller()} to a Tensor that mf.gradient is tracking; numpy cannot "
+        f"carry gradients, so this one would be silently lost. {instead} If the value is meant to be "
+        f"a constant, say so with mf.stop_gradient(t) first.")
+
+
 def _array(self, dtype=None, copy=None):
+    if _recording(self):
+        raise _lost_gradient("a conversion to a numpy array (np.asarray, np.array, a numpy function)",
+                             "Use minflux ops on the Tensor (mf.sum, mf.concatenate, mf.einsum, ...).")
     out = to_numpy(self.value)
     return out if dtype is None else out.astype(dtype, copy=False)
 
 
 def _numpy(self):
-    """The value as a numpy array (copied from the GPU when needed)."""
+    """The value as a numpy array (copied from the GPU when needed); an error on a tracked Tensor."""
+    if _recording(self):
+        raise _lost_gradient("Tensor.numpy()", "Use minflux ops on the Tensor.")
     return _array(self)
+
+
+# numpy functions that read only shapes and dtypes: harmless on a tracked Tensor
+_METADATA = {"shape", "ndim", "size", "result_type", "iscomplexobj", "isrealobj", "may_share_memory",
+             "shares_memory", "min_scalar_type", "can_cast"}
+
+
+def _unwrap_all(x):
+    if isinstance(x, Tensor):
+        return x.value
+    if isinstance(x, (list, tuple)):
+        return type(x)(_unwrap_all(v) for v in x)
+    return x
+
+
+def _any_recording(x) -> bool:
+    if isinstance(x, (list, tuple)):
+        return any(_any_recording(v) for v in x)
+    return _recording(x)
+
+
+def _array_function(self, func, types, args, kwargs):
+    """numpy functions on Tensors: the values outside `mf.gradient`, an error on tracked Tensors.
+
+    Inside a gradient computation a numpy function would compute on the value and lose the
+    gradient without a word; the error names the minflux function to use instead.
+    """
+    name = func.__name__
+    if name not in _METADATA and (_any_recording(args) or _any_recording(tuple(kwargs.values()))):
+        module = func.__module__ or "numpy"
+        qualified = ("np." + module[len("numpy."):] + "." if module.startswith("numpy.") and
+                     not module.startswith("numpy._") else "np.") + name
+        alternative = {"norm": "norm", "concat": "concatenate", "vstack": "concatenate",
+                       "hstack": "concatenate"}.get(name, name)
+        known = hasattr(ops, alternative) or hasattr(pw, alternative)
+        instead = (f"Use mf.{alternative} instead." if known else
+                   "Use minflux ops on the Tensor (see mf.__all__).")
+        raise _lost_gradient(qualified, instead)
+    return func(*_unwrap_all(args), **{k: _unwrap_all(v) for k, v in kwargs.items()})
 
 
 def _iter(self):
@@ -79,6 +149,7 @@ def install(tensor_type: type) -> None:
     tensor_type.__getitem__ = lambda self, index: getitem(self, index)
     tensor_type.__iter__ = _iter
     tensor_type.__array__ = _array
+    tensor_type.__array_function__ = _array_function
     tensor_type.numpy = _numpy
     tensor_type.T = property(_transposed)
     tensor_type.reshape = _reshape

@@ -314,6 +314,34 @@ def _no_gradient(value):
     return None
 
 
+def _refuse_foreign_array(value):
+    """Raise for an array of another framework (torch, JAX, TensorFlow ...) among the arguments."""
+    if isinstance(value, np.generic):
+        return value
+    if hasattr(value, "__dlpack__") or hasattr(value, "__array_interface__") \
+            or hasattr(value, "__cuda_array_interface__"):
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+        raise TypeError(f"an argument of mf.gradient holds a {kind}, which minflux cannot "
+                        "differentiate (its gradient would silently be None). Convert it first: "
+                        "mf.from_dlpack(x) shares its memory as a numpy or CuPy array.")
+    return value
+
+
+def _untracked_loss_message(loss, any_tracked: bool) -> str:
+    kind = type(loss)
+    what = (f"an untracked {kind.__name__}" if isinstance(loss, Tensor) or is_array(loss)
+            else f"a Python {kind.__name__}" if kind in (int, float, bool) else
+            f"a value of type {kind.__module__}.{kind.__name__}")
+    if not any_tracked:
+        return (f"mf.gradient has nothing to differentiate: no argument holds a float array or Tensor "
+                f"(integer and boolean arrays are never differentiated; numbers, numpy scalars such as "
+                f"np.float64(1.0) included, are configuration: pass np.asarray(x) to differentiate "
+                f"one), and f returned {what}.")
+    return (f"the loss f returned ({what}) does not depend on the arguments being differentiated, so "
+            "every gradient would be None. It was computed without minflux ops on them: with numpy "
+            "functions, float()/.item(), under mf.no_grad or mf.stop_gradient, or not from them at all.")
+
+
 def _is_float(a) -> bool:
     return np.dtype(a.dtype).kind in "fc"
 
@@ -348,6 +376,11 @@ def withgradient(f: Callable, *args):
     >>> float(value), g
     (5.0, array([2., 4.]))
     """
+    if active_tape() is not None:
+        raise NotImplementedError(
+            "mf.gradient was called while another mf.gradient is computing: higher-order derivatives "
+            "(a gradient of a gradient) are not supported yet. Compute the inner gradient outside the "
+            "outer one, or inside `with mf.no_grad():` if its result is a constant for the outer one.")
     tape = Tape()
     wrapped_leaves: dict[int, tuple] = {}  # id(leaf) -> (leaf, its Tensor): the leaf pins the id
 
@@ -360,7 +393,8 @@ def withgradient(f: Callable, *args):
         return tracked
 
     with np.errstate(all="ignore"), recording(tape):
-        targs = map_arrays(wrap, tuple(args), trainable_only=True)  # one walk: tied arrays map once
+        # one walk: tied arrays map once, and arrays of other frameworks are refused
+        targs = map_arrays(wrap, tuple(args), trainable_only=True, static=_refuse_foreign_array)
         out = f(*targs)
         tape.compute_deferred()
     loss, whole = _split_output(out)
@@ -372,10 +406,9 @@ def withgradient(f: Callable, *args):
     if size != 1:
         raise ValueError(f"gradient needs f to return a scalar loss; f returned an array of shape "
                          f"{tuple(loss_value.shape)}. Reduce it first, e.g. with mf.sum or mf.mean.")
-    if isinstance(loss, Tensor) and loss._tape is tape:
-        by_slot = _backward(tape, loss)
-    else:
-        by_slot = {}
+    if not (isinstance(loss, Tensor) and loss._tape is tape):
+        raise ValueError(_untracked_loss_message(loss, bool(wrapped_leaves)))
+    by_slot = _backward(tape, loss)
     handed_out: set[int] = set()
 
     def grad_of(leaf):

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import copy
 import types
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
 
-from .backend import is_array
-from .tensor import Tensor
+from .backend import get_array_module, is_array
+from .tensor import Tensor, unwrap
 
 _STATIC = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType, type,
            str, bytes, int, float, complex, bool, type(None), np.ufunc, np.dtype, np.generic)
@@ -82,6 +82,53 @@ def rebuild(x: Any, new_children: dict) -> Any:
     return out
 
 
+class _Expand(NamedTuple):
+    """A node of a bottom-up walk: the nodes below it and how to combine their results."""
+
+    children: list
+    combine: Callable
+
+
+def bottom_up(root: Any, visit: Callable) -> Any:
+    """Evaluate a tree bottom-up without recursion, so depth is limited only by memory.
+
+    ``visit(node)`` returns either a finished result or ``expand(children, combine)``: then each
+    child is visited in order and ``combine(results)`` gives the node's result.
+
+    >>> def total(x):
+    ...     return expand(x, sum) if isinstance(x, list) else x
+    >>> deep = 1
+    >>> for _ in range(10_000):
+    ...     deep = [deep, 1]
+    >>> bottom_up(deep, total)
+    10001
+    """
+    stack: list = []
+    item = visit(root)
+    while True:
+        if type(item) is _Expand:
+            stack.append((item, []))
+        elif stack:
+            stack[-1][1].append(item)
+        else:
+            return item
+        while True:
+            node, results = stack[-1]
+            if len(results) < len(node.children):
+                item = visit(node.children[len(results)])
+                break
+            stack.pop()
+            value = node.combine(results)
+            if not stack:
+                return value
+            stack[-1][1].append(value)
+
+
+def expand(children: list, combine: Callable) -> _Expand:
+    """The result of a `bottom_up` visit for a node with ``children``; see `bottom_up`."""
+    return _Expand(list(children), combine)
+
+
 def map_arrays(fn: Callable, tree: Any, trainable_only: bool = False,
                static: Callable | None = None) -> Any:
     """Rebuild ``tree`` with every leaf replaced by ``fn(leaf)``; a leaf seen twice maps once.
@@ -89,6 +136,7 @@ def map_arrays(fn: Callable, tree: Any, trainable_only: bool = False,
     Containers without leaves are returned as they are (not copied). When ``static`` is given, every
     value that is not a leaf and holds no leaf (numbers, strings, functions, containers of them)
     becomes ``static(value)``; gradients use it to put None where a model holds configuration.
+    Each container is walked once, however often it is shared, and at any depth.
 
     >>> import minflux as mf, numpy as np
     >>> mf.tree.map_arrays(lambda a: a * 2, {"w": np.ones(2), "n": 3})
@@ -96,61 +144,67 @@ def map_arrays(fn: Callable, tree: Any, trainable_only: bool = False,
     >>> mf.tree.map_arrays(lambda a: a * 2, {"w": np.ones(2), "cfg": {"n": 3}}, static=lambda v: None)
     {'w': array([2., 2.]), 'cfg': None}
     """
-    return _map(fn, tree, trainable_only, {}, static)[0]
+    memo: dict = {}  # id -> (object, its result, whether it holds a leaf); the object pins the id
 
+    def visit(x):
+        key = id(x)
+        if key in memo:
+            _, out, has_leaf = memo[key]
+            return out, has_leaf
+        if is_leaf(x):
+            out = fn(x)
+            memo[key] = (x, out, True)
+            return out, True
+        kids = children(x, trainable_only)
+        if kids is None:
+            return (x if static is None else static(x)), False
+        memo[key] = (x, x, False)  # a reference cycle back to x sees x itself
 
-def _map(fn, tree, trainable_only, memo, static) -> tuple[Any, bool]:
-    """`map_arrays`, also saying whether ``tree`` holds a leaf; ``memo`` maps id to (tree, out, has_leaf)."""
-    key = id(tree)
-    if key in memo:
-        _, out, has_leaf = memo[key]
-        return out, has_leaf
-    if is_leaf(tree):
-        out = fn(tree)
-        memo[key] = (tree, out, True)
-        return out, True
-    kids = children(tree, trainable_only)
-    if kids is None:
-        return (tree if static is None else static(tree)), False
-    memo[key] = (tree, tree, False)  # breaks reference cycles
-    changed = {}
-    has_leaf = False
-    for k, child in kids:
-        new, child_has_leaf = _map(fn, child, trainable_only, memo, static)
-        has_leaf = has_leaf or child_has_leaf
-        if new is not child:
-            changed[k] = new
-    if not has_leaf:
-        out = tree if static is None else static(tree)
-    else:
-        out = rebuild(tree, changed) if changed else tree
-    memo[key] = (tree, out, has_leaf)
-    return out, has_leaf
+        def combine(results):
+            changed = {k: new for (k, child), (new, _) in zip(kids, results) if new is not child}
+            has_leaf = any(h for _, h in results)
+            if not has_leaf:
+                out = x if static is None else static(x)
+            else:
+                out = rebuild(x, changed) if changed else x
+            memo[key] = (x, out, has_leaf)
+            return out, has_leaf
+
+        return expand([child for _, child in kids], combine)
+
+    return bottom_up(tree, visit)[0]
 
 
 def named_leaves(tree: Any, trainable_only: bool = True, prefix: str = "") -> Iterator[tuple[str, Any]]:
     """``(dotted_name, leaf)`` for every distinct leaf, first occurrence wins (tied arrays once).
 
+    Each container is walked once (a shared subtree is named by its first path), at any depth.
+
     >>> import minflux as mf, numpy as np
     >>> [name for name, _ in mf.tree.named_leaves({"layers": [{"W": np.ones(1)}]})]
     ['layers.0.W']
     """
-    seen: set[int] = set()
+    seen: dict[int, Any] = {}  # id -> object, leaves and containers alike; the object pins the id
 
-    def walk(x, path, visiting):
+    def below(x, path):
+        for k, child in children(x, trainable_only):
+            yield (f"{path}.{k}" if path else str(k)), child
+
+    stack = [iter([(prefix, tree)])]
+    while stack:
+        item = next(stack[-1], None)
+        if item is None:
+            stack.pop()
+            continue
+        path, x = item
+        if id(x) in seen:
+            continue
         if is_leaf(x):
-            if id(x) not in seen:
-                seen.add(id(x))
-                yield path, x
-            return
-        kids = children(x, trainable_only)
-        if kids is None or id(x) in visiting:
-            return
-        visiting = visiting | {id(x)}
-        for k, child in kids:
-            yield from walk(child, f"{path}.{k}" if path else str(k), visiting)
-
-    yield from walk(tree, prefix, frozenset())
+            seen[id(x)] = x
+            yield path, x
+        elif children(x, trainable_only) is not None:
+            seen[id(x)] = x
+            stack.append(below(x, path))
 
 
 def leaves(tree: Any, trainable_only: bool = True) -> list:
@@ -183,7 +237,8 @@ def map(fn: Callable, tree: Any, *others: Any, none_as_zero: bool = False) -> An
     trees = (tree,) + others
     memo: dict = {}
 
-    def walk(xs: tuple, path: str, visiting: frozenset):
+    def visit(node):
+        xs, path = node
         arrays = [x for x in xs if is_leaf(x)]
         if arrays:
             if len(arrays) != len(xs):
@@ -204,9 +259,10 @@ def map(fn: Callable, tree: Any, *others: Any, none_as_zero: bool = False) -> An
         template = next((x for x in xs if x is not None and children(x) is not None), None)
         if template is None:
             return next((x for x in xs if x is not None), None)
-        if id(template) in visiting:
-            return template
-        visiting = visiting | {id(template)}
+        ids = ("container",) + tuple(id(x) for x in xs)
+        if ids in memo:  # a shared subtree is walked once; a cycle back to it sees the template
+            return memo[ids][1]
+        memo[ids] = (xs, template)
         kids = children(template)
         keys = [k for k, _ in kids]
         lookups = []
@@ -220,19 +276,21 @@ def map(fn: Callable, tree: Any, *others: Any, none_as_zero: bool = False) -> An
                                  f"(keys {[key for key, _ in theirs] if theirs else type(x).__name__}, "
                                  f"expected {keys})")
             lookups.append(dict(theirs))
-        changed = {}
-        for key, child in kids:
-            new = walk(tuple(None if d is None else d[key] for d in lookups), f"{path}.{key}" if path else
-                       str(key), visiting)
-            if new is not child:
-                changed[key] = new
-        return rebuild(template, changed) if changed else template
+        below = [(tuple(None if d is None else d[key] for d in lookups),
+                  f"{path}.{key}" if path else str(key)) for key, _ in kids]
 
-    return walk(trees, "", frozenset())
+        def combine(results):
+            changed = {key: new for (key, child), new in zip(kids, results) if new is not child}
+            out = rebuild(template, changed) if changed else template
+            memo[ids] = (xs, out)
+            return out
+
+        return expand(below, combine)
+
+    return bottom_up((trees, ""), visit)
 
 
 def _zeros_like(array):
-    from .backend import get_array_module
 
-    value = getattr(array, "value", array)
+    value = unwrap(array)
     return get_array_module(value).zeros_like(value)

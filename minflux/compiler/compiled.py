@@ -19,6 +19,7 @@ of tapes or Tensors.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from typing import Callable
@@ -33,6 +34,7 @@ from .dual import DualFunction, differentiate
 from .frontend import Parsed, parse
 from .ir import Function
 from .kinds import infer_kinds
+from .loop_limit import check_loop_flags, get_max_loop_iterations
 from .numpy_backend import ArrayOps, evaluate
 
 __all__ = ["KERNEL_MODES", "CompiledFunction", "compiled", "get_elementwise_backend", "prepare", "primal",
@@ -90,8 +92,20 @@ class CompiledFunction:
         self.kernels: dict = {}
 
     def valid(self, fn: Callable) -> bool:
-        """True while every free name the function read at compile time still has its value."""
+        """True while every free name the function read at compile time still has its value (and
+        the loop iteration cap compiled into its while loops is still the current one)."""
+        if self.parsed.loop_sites and self.parsed.loop_limit != get_max_loop_iterations():
+            return False
         return all(b.still_valid(fn) for b in self.parsed.bindings)
+
+    def check_loops(self, outputs: list, n_outputs: int) -> list:
+        """``outputs`` without the flag output of capped while loops (raising `LoopLimitError` when
+        a loop was stopped); ``n_outputs`` counts the function's primal outputs, the flag included."""
+        if not self.parsed.loop_sites:
+            return outputs
+        flag = n_outputs - 1
+        check_loop_flags(outputs[flag], self.parsed.loop_sites, self.name, self.parsed.loop_limit)
+        return outputs[:flag] + outputs[flag + 1:]
 
     def typed_for(self, kinds: tuple) -> Function:
         """The IR typed for arguments of ``kinds`` (memoised)."""
@@ -134,10 +148,18 @@ class CompiledFunction:
         dual = self.dual_for(kinds, wrt, mode)
         xp = get_array_module(*arrays)
         if xp is not np:
-            return dual, self._run_cuda(dual, arrays, float_dtype, shape)
-        if get_elementwise_backend() == "numpy":
-            return dual, _run_numpy(dual, arrays, float_dtype, shape, xp)
-        return dual, self._run_numba(dual, arrays, float_dtype, shape)
+            outs = self._run_cuda(dual, arrays, float_dtype, shape)
+        elif get_elementwise_backend() == "numpy":
+            outs = _run_numpy(dual, arrays, float_dtype, shape, xp)
+        else:
+            outs = self._run_numba(dual, arrays, float_dtype, shape)
+        if not self.parsed.loop_sites:
+            return dual, outs
+        hit = self.duals.get(("without flag", id(dual)))
+        if hit is None or hit[0] is not dual:  # the same partials, without the flag output
+            hit = self.duals[("without flag", id(dual))] = (dual, dataclasses.replace(
+                dual, n_outputs=dual.n_outputs - 1))
+        return hit[1], self.check_loops(outs, dual.n_outputs)
 
     def _run_numba(self, dual: DualFunction, arrays: list, float_dtype, shape: tuple) -> list:
         from . import numba_backend  # numba is imported on the first kernel, not with minflux

@@ -190,7 +190,27 @@ class _Transform:
             return atoms[0]
         elif name == "divide" and is_const(atoms[1], 1):
             return atoms[0]
+        elif name == "where" and isinstance(atoms[0], Const):
+            return atoms[1] if atoms[0].value else atoms[2]
         return None
+
+    def product(self, rule, tangent):
+        """``rule * tangent`` where a zero factor annihilates (``0 * inf = 0``, see `rules`).
+
+        Only a factor that may be zero on some lane (a variable) and one that may be infinite or
+        NaN (a variable or a non-finite constant) need the guard; constants fold as before.
+        """
+        plain = self.op("multiply", _Sym(rule, self), _Sym(tangent, self)).atom
+        if not isinstance(plain, Var):
+            return plain
+        zeros = [a for a in (rule, tangent) if isinstance(a, Var)]
+        if not all(isinstance(a, Var) or not np.isfinite(a.value) for a in (rule, tangent)):
+            return plain
+        zero = None
+        for a in zeros:
+            test = self.op("equal", _Sym(a, self), 0.0)
+            zero = test if zero is None else self.op("logical_or", zero, test)
+        return self.op("where", zero, 0.0, _Sym(plain, self)).atom
 
     def partial_value(self, atom):
         """``atom`` as a partial: a float constant or a float variable."""
@@ -284,7 +304,7 @@ class _Transform:
                 continue
             r = self.atom_of(rule(self.math, *args, y))
             for k, dk in pa.items():
-                term = self.op("multiply", _Sym(r, self), _Sym(dk, self)).atom
+                term = self.product(r, dk)
                 acc[k] = term if k not in acc else self.op("add", _Sym(acc[k], self), _Sym(term, self)).atom
         state[target] = {k: self.stable(self.partial_value(v)) for k, v in acc.items()
                          if not (isinstance(v, Const) and v.value == 0)}

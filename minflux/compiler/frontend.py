@@ -35,6 +35,7 @@ from .calls import call_object
 from .source import Binding, resolve_free_name, source_node
 from .unsupported import UNSUPPORTED_EXPR, UNSUPPORTED_STMT
 from .errors import CompileError
+from .loop_limit import FLAG, get_max_loop_iterations
 from .ir import Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var, falls_through, walk
 
 _BINOPS = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide",
@@ -48,13 +49,15 @@ class Parsed:
 
     function: Function
     bindings: list = field(default_factory=list)
+    loop_sites: list = field(default_factory=list)   # (function, loc) of each counted while loop
+    loop_limit: int = 0                               # the cap compiled into the counters
 
 
 class _Frontend:
     """Builds the IR of one function (and of the elementwise functions it inlines)."""
 
     def __init__(self, fn: Callable, node, filename: str, offset: int, counter: list, prefix: str,
-                 bindings: list, stack: tuple, subroutines: dict):
+                 bindings: list, stack: tuple, subroutines: dict, loops: tuple):
         self.fn = fn
         self.node = node
         self.filename = filename
@@ -64,6 +67,7 @@ class _Frontend:
         self.bindings = bindings
         self.stack = stack              # functions being compiled, to reject recursion
         self.subroutines = subroutines
+        self.loop_sites, self.loop_limit = loops  # shared with inlined callees
         self.temps: set = set()
         self.out: list = []
         self.loop_depth = 0
@@ -101,7 +105,8 @@ class _Frontend:
         cnode, filename, offset = source_node(callee)
         self.counter[2] += 1
         return _Frontend(callee, cnode, filename, offset, self.counter, str(self.counter[2]),
-                         self.bindings, self.stack + (self.fn,), self.subroutines)
+                         self.bindings, self.stack + (self.fn,), self.subroutines,
+                         (self.loop_sites, self.loop_limit))
 
     def emit(self, stmt):
         self.out.append(stmt)
@@ -140,6 +145,11 @@ class _Frontend:
             raise CompileError("the scalar function can reach its end without a return; add a final "
                                "return statement", self.loc(last), "missing return")
         n_outputs = _count_outputs(stmts, self)
+        if self.loop_sites and not self.prefix:  # the compiled function reports capped loops
+            stmts = [Assign(FLAG, Const(0), self.loc(node))] + stmts
+            for s in _walk_returns(stmts):
+                s.values = tuple(s.values) + (Var(FLAG),)
+            n_outputs += 1
         return Function(self.fn.__name__, [self.var(p) for p in self.params], stmts,
                         temps=self.temps, n_outputs=n_outputs, subroutines=self.subroutines)
 
@@ -232,12 +242,21 @@ class _Frontend:
         head = self.out
         self.out = saved
         body = self.loop_body(s.body)
-        if isinstance(cond, Const):
-            if not cond.value:
-                return
-            self.emit(Loop(head + body, [], self.loc(s)))
+        if isinstance(cond, Const) and not cond.value:
             return
-        self.emit(Loop(head + [If(cond, [], [Break(self.loc(s))], self.loc(s))] + body, [], self.loc(s)))
+        test = [] if isinstance(cond, Const) else [If(cond, [], [Break(self.loc(s))], self.loc(s))]
+        self.emit(Loop(head + test + self.iteration_cap(s) + body, [], self.loc(s)))
+
+    def iteration_cap(self, s) -> list:
+        """Count the iterations of while loop ``s``; past the cap, report it and leave the loop."""
+        loc = self.loc(s)
+        self.loop_sites.append((self.fn.__name__, loc))
+        count = self.select_var()
+        self.emit(Assign(count, Const(0), loc))
+        bumped, over = self.temp(), self.temp()
+        return [Assign(bumped, Call("add", (Var(count), Const(1))), loc), Assign(count, Var(bumped), loc),
+                Assign(over, Call("greater", (Var(count), Const(self.loop_limit))), loc),
+                If(Var(over), [Assign(FLAG, Const(len(self.loop_sites)), loc), Break(loc)], [], loc)]
 
     def stmt_For(self, s):
         if s.orelse:
@@ -492,5 +511,6 @@ def parse(fn: Callable) -> Parsed:
                            "defined with def or lambda", None, "function")
     node, filename, offset = source_node(fn)
     bindings: list = []
-    fe = _Frontend(fn, node, filename, offset, [0, 0, 0], "", bindings, (), {})
-    return Parsed(fe.function(), bindings)
+    limit = get_max_loop_iterations()
+    fe = _Frontend(fn, node, filename, offset, [0, 0, 0], "", bindings, (), {}, ([], limit))
+    return Parsed(fe.function(), bindings, fe.loop_sites, limit)

@@ -9,6 +9,22 @@ kinks included. A rule that returns a Python number is a constant partial and is
 Conventions at kinks: ``relu'(0) = 0``, ``abs'(0) = sign(0) = 0``, ``maximum``/``minimum`` ties give
 the whole derivative to the first argument, ``clip`` passes the gradient to ``x`` on the closed
 interval ``[lo, hi]``; ``sign``, ``floor``, ``floor_divide`` and comparisons have zero or no derivative.
+
+Conventions at singular points, the same in every mode (mixed-mode kernels, ``mode="reverse"``, the
+tape's broadcast nodes):
+
+* A zero factor annihilates: wherever a derivative is propagated as a product -- a rule times an
+  incoming tangent in forward mode (`minflux.compiler.dual`), a cotangent times a partial on the tape
+  (`minflux.pointwise.node`) -- ``0 * inf`` and ``0 * nan`` are 0. A value that does not depend on an
+  input on some lane (a loop that ran zero times, a branch-local variable on a lane that skipped the
+  branch, a where-select's untaken side) therefore contributes exactly nothing there, even where the
+  rule it meets is infinite (``sqrt`` or ``log`` at 0) or undefined. This is the NaN-safe mode of
+  ForwardDiff.jl applied in both directions, so forward and reverse products agree.
+* ``x ** k`` with ``k == 0`` has derivative 0 in ``x`` everywhere, ``x = 0`` included (the
+  integer-power answer of PyTorch and JAX, not ``0 * 0 ** -1``).
+* ``hypot`` and ``atan2`` at the origin have zero partials (the kink convention of ``abs``:
+  ``hypot(v, v) = sqrt(2) |v|``), so ``hypot(0, 0)`` where both arguments are locally constant, or
+  with equal tangents, gives 0, never NaN.
 """
 from __future__ import annotations
 
@@ -92,13 +108,18 @@ def _step(m, c):
     return m.where(c, 1.0, 0.0)
 
 
+def _off_origin(m, denominator, numerator):
+    """``numerator / denominator``, and 0 where the denominator is 0 (the origin of hypot, atan2)."""
+    return m.where(denominator > 0, numerator / denominator, 0.0)
+
+
 # arithmetic
 define("add", lambda xp, a, b: a + b, lambda m, a, b, y: 1, lambda m, a, b, y: 1)
 define("subtract", lambda xp, a, b: a - b, lambda m, a, b, y: 1, lambda m, a, b, y: -1)
 define("multiply", lambda xp, a, b: a * b, lambda m, a, b, y: b, lambda m, a, b, y: a)
 define("divide", lambda xp, a, b: a / b, lambda m, a, b, y: 1 / b, lambda m, a, b, y: -y / b)
 define("power", lambda xp, a, b: a ** b,
-       lambda m, a, b, y: b * a ** (b - 1),
+       lambda m, a, b, y: m.where(b == 0, 0.0, b * a ** (b - 1)),
        lambda m, a, b, y: m.where(a > 0, y * m.log(m.where(a > 0, a, 1.0)), 0.0),
        doc="d/db a**b = a**b log a for a > 0 and 0 otherwise")
 define("floor_divide", lambda xp, a, b: xp.floor_divide(a, b), lambda m, a, b, y: 0, lambda m, a, b, y: 0)
@@ -140,8 +161,10 @@ define("atanh", lambda xp, x: xp.arctanh(x), lambda m, x, y: 1 / (1 - x * x))
 define("log2", lambda xp, x: xp.log2(x), lambda m, x, y: 1.4426950408889634 / x)
 define("log10", lambda xp, x: xp.log10(x), lambda m, x, y: 0.4342944819032518 / x)
 define("atan2", lambda xp, a, b: xp.arctan2(a, b),
-       lambda m, a, b, y: b / (a * a + b * b), lambda m, a, b, y: -a / (a * a + b * b))
-define("hypot", lambda xp, a, b: xp.hypot(a, b), lambda m, a, b, y: a / y, lambda m, a, b, y: b / y)
+       lambda m, a, b, y: _off_origin(m, a * a + b * b, b),
+       lambda m, a, b, y: _off_origin(m, a * a + b * b, -a))
+define("hypot", lambda xp, a, b: xp.hypot(a, b),
+       lambda m, a, b, y: _off_origin(m, y, a), lambda m, a, b, y: _off_origin(m, y, b))
 define("ceil", lambda xp, x: xp.ceil(x), lambda m, x, y: 0)
 define("trunc", lambda xp, x: xp.trunc(x), lambda m, x, y: 0)
 # selection and comparisons (conditions carry no derivative)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..autograd import no_grad
 from ..backend import is_array
-from ..tree import children, is_leaf
+from ..tree import bottom_up, children, expand, is_leaf
 from .rule import GlobalRule, OptimiserChain, Rule, stages
 from ..tensor import unwrap
 
@@ -91,18 +91,26 @@ def named_state_leaves(state: Any, prefix: str = "") -> Iterator[tuple[str, Leaf
     >>> [name for name, _ in mf.optim.named_state_leaves(state)]
     ['layers.0.W']
     """
-    seen: set[int] = set()
-
-    def walk(node, path):
+    seen: dict[int, Any] = {}  # id -> node: each leaf and each shared subtree once, at any depth
+    stack = [iter([(prefix, state)])]
+    while stack:
+        item = next(stack[-1], None)
+        if item is None:
+            stack.pop()
+            continue
+        path, node = item
+        if id(node) in seen:
+            continue
+        seen[id(node)] = node
         if isinstance(node, Leaf):
-            if id(node) not in seen:
-                seen.add(id(node))
-                yield path, node
-            return
-        for key, child in _state_children(node):
-            yield from walk(child, f"{path}.{key}" if path else str(key))
+            yield path, node
+        else:
+            stack.append(_named_children(node, path))
 
-    yield from walk(state, prefix)
+
+def _named_children(node, path: str):
+    for key, child in _state_children(node):
+        yield (f"{path}.{key}" if path else str(key)), child
 
 
 def setup(rule: Rule, model: Any) -> Any:
@@ -117,30 +125,29 @@ def setup(rule: Rule, model: Any) -> Any:
     if not isinstance(rule, Rule):
         raise TypeError(f"optim.setup(rule, model) needs a rule such as optim.Adam() first, got "
                         f"{type(rule).__name__}")
-    memo: dict[int, Leaf] = {}
+    memo: dict[int, tuple] = {}  # id -> (object, its state): tied arrays and shared subtrees once
 
-    def build(x, visiting):
+    def visit(x):
+        if id(x) in memo:
+            return memo[id(x)][1]
         if is_leaf(x):
             value = unwrap(x)
-            if np.dtype(value.dtype).kind not in "fc":
-                return None
-            if id(x) not in memo:
-                memo[id(x)] = Leaf(rule, rule.init(value))
-            return memo[id(x)]
+            leaf = Leaf(rule, rule.init(value)) if np.dtype(value.dtype).kind in "fc" else None
+            memo[id(x)] = (x, leaf)
+            return leaf
         kids = children(x, trainable_only=True)
-        if kids is None or id(x) in visiting:
+        if kids is None:
             return None
-        visiting = visiting | {id(x)}
-        built = [(k, build(child, visiting)) for k, child in kids]
-        if all(b is None for _, b in built):
-            return None
-        if isinstance(x, (list, tuple)):
-            return type(x)(b for _, b in built) if not hasattr(x, "_fields") else tuple(b for _, b in built)
-        if isinstance(x, dict):
-            return {k: b for k, b in built if b is not None}
-        return StateNode(type(x).__name__, **{k: b for k, b in built if b is not None})
+        memo[id(x)] = (x, None)  # a reference cycle back to x holds no new parameters
 
-    state = build(model, frozenset())
+        def combine(results):
+            built = [(k, b) for (k, _), b in zip(kids, results)]
+            memo[id(x)] = (x, _state_node(x, built))
+            return memo[id(x)][1]
+
+        return expand([child for _, child in kids], combine)
+
+    state = bottom_up(model, visit)
     if state is None:
         warnings.warn(f"optim.setup found no trainable float arrays in the model (a "
                       f"{type(model).__name__}); nothing will be optimised. Check that parameters are "
@@ -148,6 +155,17 @@ def setup(rule: Rule, model: Any) -> Any:
                       stacklevel=2)
         return StateNode(type(model).__name__)
     return state
+
+
+def _state_node(x, built: list):
+    """The state of container ``x`` from its children's states ``built`` (None: no parameters)."""
+    if all(b is None for _, b in built):
+        return None
+    if isinstance(x, (list, tuple)):
+        return type(x)(b for _, b in built) if not hasattr(x, "_fields") else tuple(b for _, b in built)
+    if isinstance(x, dict):
+        return {k: b for k, b in built if b is not None}
+    return StateNode(type(x).__name__, **{k: b for k, b in built if b is not None})
 
 
 def _child(x, key, path: str, what: str):
@@ -166,13 +184,18 @@ def _child(x, key, path: str, what: str):
 
 
 def _collect(state, model, grads) -> list:
-    items, seen = [], set()
-
-    def walk(node, m, g, path):
+    items, seen = [], {}  # seen: id -> state node, so each leaf and each shared subtree is visited once
+    stack = [iter([(state, model, grads, "")])]
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+            continue
+        node, m, g, path = entry
+        if id(node) in seen:
+            continue
+        seen[id(node)] = node
         if isinstance(node, Leaf):
-            if id(node) in seen:
-                return
-            seen.add(id(node))
             if not is_array(m):
                 raise TypeError(f"optim.update: the model holds a {type(m).__name__} at "
                                 f"{path or '<root>'} where the state expects an array")
@@ -182,14 +205,15 @@ def _collect(state, model, grads) -> list:
                     raise ValueError(f"optim.update: gradient of {path or '<root>'} has shape "
                                      f"{tuple(g.shape)}, the parameter {tuple(m.shape)}")
             items.append((node, m, g))
-            return
-        for key, sub in _state_children(node):
-            name = f"{path}.{key}" if path else str(key)
-            walk(sub, _child(m, key, path, "model"), None if g is None else _child(g, key, path, "grads"),
-                 name)
-
-    walk(state, model, grads, "")
+            continue
+        stack.append(_below(node, m, g, path))
     return items
+
+
+def _below(node, m, g, path: str):
+    for key, sub in _state_children(node):
+        name = f"{path}.{key}" if path else str(key)
+        yield sub, _child(m, key, path, "model"), None if g is None else _child(g, key, path, "grads"), name
 
 
 def update(state: Any, model: Any, grads: Any) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..autograd import is_seed_broadcast, record
+import numpy as np
+
 from ..backend import get_array_module
 from ..broadcasting import sum_to
 from ..tensor import unwrap
@@ -24,9 +26,24 @@ def _finish(acc, shape, dtype):
     return acc
 
 
+def _may_be_nonfinite(x) -> bool:
+    """False when every element of ``x`` is known finite (checked on the host only, never on a GPU)."""
+    if type(x) is not np.ndarray and not isinstance(x, np.generic):
+        return True  # device data: asking would copy to the host; the guarded product is always right
+    return not np.isfinite(np.sum(x))
+
+
 def _times(g, p, fresh: bool = False):
-    if (p.__class__ is int or p.__class__ is float) and p == 1:
-        return g
+    """``g * p`` where a zero factor annihilates: ``0 * inf = 0 * nan = 0`` (see `compiler.rules`)."""
+    if p.__class__ is int or p.__class__ is float:
+        if p == 1:
+            return g
+        if p == 0:
+            return get_array_module(g).zeros_like(g)
+        return g * p
+    if not is_seed_broadcast(g) and (_may_be_nonfinite(g) or _may_be_nonfinite(p)):
+        xp = get_array_module(g, p)
+        return xp.where((g == 0) | (p == 0), 0, g * p).astype(xp.result_type(g, p), copy=False)
     if fresh and getattr(p, "shape", None) == getattr(g, "shape", ()) and p.dtype == g.dtype:
         # p is a new array no one else holds: reuse it (the gradient of a sum needs no pass at all)
         if is_seed_broadcast(g):

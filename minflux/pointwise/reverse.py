@@ -41,9 +41,17 @@ def run_reverse(cf, args, arrays, kinds, float_dtype, shape):
     inputs = [a if isinstance(a, Tensor) and kind == "f" else arr
               for a, arr, kind in zip(args, arrays, kinds)]
     outs = evaluate(fn, inputs, _TapeOps(xp, float_dtype, fn.subroutines))
+    if cf.parsed.loop_sites:
+        outs = cf.check_loops([unwrap(o) if k == fn.n_outputs - 1 else o for k, o in enumerate(outs)],
+                              fn.n_outputs)
     result = []
-    for out, kind in zip(outs, fn.output_kinds):
+    taken = [unwrap(a) for a in args] + list(arrays)  # results never alias an input or each other
+    for out, kind in zip(outs, fn.output_kinds):  # the flag is the last output kind: zip drops it
         value = unwrap(out)
+        if any(value is t for t in taken):
+            out = apply_primitive_now("add", out, 0) if isinstance(out, Tensor) else xp.array(value, copy=True)
+            value = unwrap(out)
+        taken.append(value)
         if tuple(np.shape(value)) != shape:
             dtype = kind_dtype(kind, float_dtype)
             out = apply_primitive_now("add", out, xp.zeros(shape, dtype)) if kind == "f" else \

@@ -14,7 +14,7 @@ CASES = [((5,), None), ((5,), 0), ((5,), -1), ((3, 4), None), ((3, 4), 0), ((3, 
 def distinct(rng, shape):
     """Values without ties (a random permutation, scaled), so max/min are unique."""
     n = int(np.prod(shape))
-    return (rng.permutation(n).reshape(shape) + rng.uniform(0.1, 0.4, shape)) * 0.5
+    return np.asarray((rng.permutation(n).reshape(shape) + rng.uniform(0.1, 0.4, shape)) * 0.5)
 
 
 @pytest.mark.parametrize("keepdims", [False, True])

@@ -22,7 +22,12 @@ UNARY_SHAPES = [(), (5,), (3, 4), (2, 1, 3)]
 
 
 def draw(rng, shape, domain):
-    """Values of ``shape`` in a domain where the function is smooth (kinks kept >= 0.1 away)."""
+    """Values of ``shape`` in a domain where the function is smooth (kinks kept >= 0.1 away), as an
+    array even for ``shape == ()`` (a numpy scalar is configuration to mf.gradient, not a parameter)."""
+    return np.asarray(_draw(rng, shape, domain))
+
+
+def _draw(rng, shape, domain):
     if domain == "positive":
         return rng.uniform(0.5, 2.0, shape)
     if domain == "away_from_zero":

@@ -33,15 +33,25 @@ def _may_be_nonfinite(x) -> bool:
     return not np.isfinite(np.sum(x))
 
 
-def _times(g, p, fresh: bool = False):
-    """``g * p`` where a zero factor annihilates: ``0 * inf = 0 * nan = 0`` (see `compiler.rules`)."""
+def _finite_seed(g) -> bool:
+    """True when output gradient ``g`` is known finite: the seed (ones), or finite host data."""
+    return is_seed_broadcast(g) or not _may_be_nonfinite(g)
+
+
+def _times(g, p, fresh: bool = False, g_finite: bool | None = None):
+    """``g * p`` where a zero factor annihilates: ``0 * inf = 0 * nan = 0`` (see `compiler.rules`).
+
+    ``g_finite`` is `_finite_seed(g)` when the caller already knows it (one check per output
+    gradient, not one per partial)."""
     if p.__class__ is int or p.__class__ is float:
         if p == 1:
             return g
         if p == 0:
             return get_array_module(g).zeros_like(g)
         return g * p
-    if not is_seed_broadcast(g) and (_may_be_nonfinite(g) or _may_be_nonfinite(p)):
+    if g_finite is None:
+        g_finite = _finite_seed(g)
+    if not is_seed_broadcast(g) and (not g_finite or _may_be_nonfinite(p)):
         xp = get_array_module(g, p)
         return xp.where((g == 0) | (p == 0), 0, g * p).astype(xp.result_type(g, p), copy=False)
     if fresh and getattr(p, "shape", None) == getattr(g, "shape", ()) and p.dtype == g.dtype:
@@ -76,9 +86,10 @@ def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], parti
     if len(outputs) == 1:
         def vjp(g, needs):
             grads = [None] * n_args
+            g_finite = _finite_seed(g)
             for _, k, p, shape, dtype in terms:
                 if needs[k]:
-                    grads[k] = _finish(_times(g, p, fresh), shape, dtype)
+                    grads[k] = _finish(_times(g, p, fresh, g_finite), shape, dtype)
             return grads
 
         return record(name, outputs[0], args, vjp)
@@ -86,11 +97,12 @@ def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], parti
     def vjp_multi(gout, needs):
         sums: dict[int, Any] = {}
         meta = {}
+        finite = {m: _finite_seed(g) for m, g in enumerate(gout) if g is not None}
         for m, k, p, shape, dtype in terms:
             g = gout[m]
             if g is None or not needs[k]:
                 continue
-            term = _times(g, p, fresh)
+            term = _times(g, p, fresh, finite[m])
             sums[k] = term if k not in sums else sums[k] + term
             meta[k] = (shape, dtype)
         grads = [None] * n_args

@@ -416,11 +416,29 @@ class _RowPool:
             try:
                 call(0, bounds[1], *args)
             finally:
-                for done in handed:
-                    done.acquire()
+                _wait_all(handed)
         finally:
             self.busy.release()
 
+
+def _wait_all(done_locks: list) -> None:
+    """Wait until every worker has finished its share, even through a Ctrl-C (raised afterwards), so
+    that no worker is still writing into arrays the caller is about to drop or reuse."""
+    interrupted = None
+    for done in done_locks:
+        while True:
+            try:
+                done.acquire()
+                break
+            except KeyboardInterrupt as e:
+                interrupted = e
+    if interrupted is not None:
+        raise interrupted
+
+
+# a kernel with while/for loops may run long: it runs in this many row chunks, and Ctrl-C (a
+# KeyboardInterrupt) takes effect between two chunks
+LOOP_CHUNKS = 64
 
 _pool: _RowPool | None = None
 
@@ -543,8 +561,17 @@ def launch(kernel: Kernel, dual, layout: Layout, float_dtype, shape: tuple) -> l
     if total:
         args = (inner, total, rows, *[a.ctypes.data for a in flats], *[r.ctypes.data for r in results])
         n_threads = min(get_num_threads(), rows) if total >= PARALLEL_MIN_ELEMENTS else 1
-        if n_threads > 1:
-            _row_pool(n_threads).run(kernel.call, rows, n_threads, args)
-        else:
-            kernel.call(0, rows, *args)
+        chunks = min(rows, LOOP_CHUNKS) if has_loops(dual.function.body) else 1
+        bounds = [rows * c // chunks for c in range(chunks + 1)]
+        for r0, r1 in zip(bounds[:-1], bounds[1:]):
+            _run_rows(kernel.call, r0, r1, n_threads, args)
     return results
+
+
+def _run_rows(call, r0: int, r1: int, n_threads: int, args: tuple) -> None:
+    """``call`` over rows ``r0:r1``, split over the pool's threads when ``n_threads > 1``."""
+    if n_threads > 1 and r1 - r0 > 1:
+        _row_pool(n_threads).run(lambda a, b, *rest: call(r0 + a, r0 + b, *rest), r1 - r0,
+                                 min(n_threads, r1 - r0), args)
+    else:
+        call(r0, r1, *args)

@@ -17,7 +17,7 @@ from .compiler.loop_limit import LoopLimitError, get_max_loop_iterations, set_ma
 from .device import to_device
 from .dlpack import from_dlpack
 from .io import load, save
-from .ops import (all, any, arange, argmax, argmin, binary_cross_entropy_with_logits, broadcast_to,
+from .ops import (all, any, arange, astype, argmax, argmin, binary_cross_entropy_with_logits, broadcast_to,
                   concatenate, cross_entropy, cumsum, dot, einsum, expand_dims, flatten, flip, full,
                   full_like, getitem, isfinite, isnan, kl_divergence, log_softmax, logsumexp, matmul, max,
                   mean, min, moveaxis, mse, nll, norm, one_hot, ones, ones_like, outer, pad, prod, repeat,
@@ -40,7 +40,7 @@ get_num_threads()   # applies MINFLUX_NUM_THREADS to the kernel pool and to BLAS
 
 __all__ = [
     "__version__", "abs", "acos", "acosh", "add", "all", "any", "arange", "argmax", "argmin", "asin",
-    "asinh", "atan", "atan2", "atanh", "binary_cross_entropy_with_logits", "broadcast", "broadcast_to",
+    "asinh", "atan", "atan2", "astype", "atanh", "binary_cross_entropy_with_logits", "broadcast", "broadcast_to",
     "ceil", "clip", "CompileError", "concatenate", "cos", "cosh", "cross_entropy", "cumsum",
     "default_dtype", "DeviceError", "divide", "dot", "einsum", "elementwise", "equal", "exp",
     "expand_dims", "expm1", "flatten", "flip", "floor", "floor_divide", "from_dlpack", "full",

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
+
 from .autograd import active_tape
 from .backend import to_numpy
 from . import ops
@@ -130,6 +132,35 @@ def _reduction(op):
     return method
 
 
+def _logical(op, symbol: str):
+    """``&``, ``|`` (and their reflections) on boolean Tensors: numpy's logical meaning, for masks."""
+    def apply(a, b):
+        for v in (a, b):
+            dtype = getattr(v, "dtype", None)
+            if dtype is not None and np.dtype(dtype).kind != "b" or isinstance(v, (int, float)) and \
+                    not isinstance(v, bool):
+                raise TypeError(f"`{symbol}` on Tensors is logical and needs boolean operands, got {dtype or type(v).__name__}; "
+                                f"compare first (e.g. (x > 0) {symbol} (y > 0)), or use mf.where for arithmetic")
+        return op(a, b)
+    return lambda self, other: apply(self, other), lambda self, other: apply(other, self)
+
+
+def _invert(self):
+    """``~t``: logical not of a boolean Tensor."""
+    if np.dtype(self.dtype).kind != "b":
+        raise TypeError(f"`~` on Tensors is logical and needs a boolean Tensor, got {self.dtype}; "
+                        "use -x for negation")
+    return pw.logical_not(self)
+
+
+def _method(op, doc: str):
+    def method(self, *args, **kwargs):
+        return op(self, *args, **kwargs)
+    method.__name__ = op.__name__
+    method.__doc__ = doc
+    return method
+
+
 def install(tensor_type: type) -> None:
     """Give ``tensor_type`` its operators (elementwise table ops and structural ops) and methods."""
     pairs = {"add": pw.add, "sub": pw.subtract, "mul": pw.multiply, "truediv": pw.divide,
@@ -156,3 +187,12 @@ def install(tensor_type: type) -> None:
     tensor_type.transpose = _transpose
     for op in (sum, mean, max, min):
         setattr(tensor_type, op.__name__, _reduction(op))
+    for name, op in (("and", pw.logical_and), ("or", pw.logical_or)):
+        forward, reflected = _logical(op, "&" if name == "and" else "|")
+        setattr(tensor_type, f"__{name}__", forward)
+        setattr(tensor_type, f"__r{name}__", reflected)
+    tensor_type.__invert__ = _invert
+    for op in (ops.astype, ops.any, ops.all, ops.argmax, ops.argmin, ops.var, ops.std, ops.prod,
+               ops.cumsum, ops.clip if hasattr(ops, "clip") else pw.clip, pw.exp, pw.log, pw.sqrt, pw.tanh,
+               pw.sigmoid):
+        setattr(tensor_type, op.__name__, _method(op, f"``mf.{op.__name__}(self, ...)``."))

@@ -53,3 +53,44 @@ def test_setitem_is_refused_even_outside_gradient():
     with pytest.raises(TypeError, match="immutable"):
         t[0] = 1.0
     assert t.value.tolist() == [0.0, 0.0]
+
+
+def test_methods_a_numpy_or_pytorch_user_types():
+    from minflux.testing import check_grad
+
+    x = np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]])
+    t = mf.Tensor(x)
+    np.testing.assert_allclose(t.exp().value, np.exp(x))
+    np.testing.assert_allclose(t.clip(-0.5, 1.0).value, np.clip(x, -0.5, 1.0))
+    np.testing.assert_allclose(t.var(axis=1).value, x.var(axis=1))
+    assert t.astype(np.float32).dtype == np.float32
+    assert int(np.asarray(t.argmax())) == int(np.argmax(x))
+    assert bool(np.asarray((t > 0).any())) and not bool(np.asarray((t > 0).all()))
+    def T(v):  # check_grad also evaluates on plain arrays (finite differences): give them the methods
+        return v if isinstance(v, mf.Tensor) else mf.Tensor(v)
+
+    check_grad(lambda x: mf.sum(T(x).exp() * T(x).sigmoid()) + T(x).var() + mf.sum(T(x).astype(np.float64).tanh()), x)
+    check_grad(lambda x: mf.sum(T(x).clip(-0.5, 1.0) * T(x).prod(axis=0)), x)
+
+
+def test_logical_operators_on_boolean_tensors():
+    x = mf.Tensor(np.array([-1.0, 0.5, 2.0]))
+    both = (x > 0) & (x < 1)
+    either = (x < 0) | (x > 1)
+    np.testing.assert_array_equal(np.asarray(both), [False, True, False])
+    np.testing.assert_array_equal(np.asarray(either), [True, False, True])
+    np.testing.assert_array_equal(np.asarray(~both), [True, False, True])
+    np.testing.assert_array_equal(np.asarray(np.array([True, True, False]) & (x > 0)), [False, True, False])
+    with pytest.raises(TypeError, match="needs boolean operands"):
+        x & x
+    with pytest.raises(TypeError, match="needs a boolean Tensor"):
+        ~x
+
+
+def test_astype_passes_the_gradient_between_floats_and_none_to_integers():
+    x = np.array([1.25, 2.5])
+    (g,) = mf.gradient(lambda x: mf.sum(x.astype(np.float32) * 3.0), x)
+    assert g.dtype == np.float64
+    np.testing.assert_array_equal(g, [3.0, 3.0])
+    with pytest.raises(ValueError, match="does not depend"):
+        mf.gradient(lambda x: mf.sum(x.astype(np.int64)), x)

@@ -11,6 +11,7 @@ np.float64(6.0)
 from .constructors import arange, full, full_like, one_hot, ones, ones_like, zeros, zeros_like
 from .contractions import dot, einsum, outer, tensordot
 from .discrete import all, any, isfinite, isnan, round
+from .casting import astype
 from .indexing import getitem, take, take_along_axis
 from .linalg import matmul
 from .losses import (binary_cross_entropy_with_logits, cross_entropy, kl_divergence, log_softmax, mse,
@@ -22,7 +23,7 @@ from .shapes import (broadcast_to, concatenate, expand_dims, reshape, split, squ
                      transpose, unstack)
 from .statistics import argmax, argmin, cumsum, prod, std, var
 
-__all__ = ["broadcast_to", "concatenate", "cross_entropy", "expand_dims", "getitem", "log_softmax",
+__all__ = ["astype", "broadcast_to", "concatenate", "cross_entropy", "expand_dims", "getitem", "log_softmax",
            "logsumexp", "matmul", "max", "mean", "min", "reshape", "softmax", "split", "squeeze",
            "stack", "sum", "swapaxes", "take", "transpose", "unstack"]
 __all__ += ["all", "any", "arange", "argmax", "argmin", "binary_cross_entropy_with_logits", "cumsum", "dot", "einsum", "flatten", "flip", "full", "full_like", "isfinite", "isnan",

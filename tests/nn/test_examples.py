@@ -35,7 +35,7 @@ def test_custom_layer_example_is_short_and_computes_the_highway_mix(tmp_path):
 
 def test_training_loop_example_learns_and_resumes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    namespace = run(block_with("mf.optim.setup"), tmp_path)
+    namespace = run(block_with("mf.save(\"checkpoint.h5\""), tmp_path)
     y = namespace["y"]
     assert float(namespace["loss"]) < 0.1 * float(np.mean(y ** 2))   # 0.1 x the loss of predicting 0
     assert namespace["restored_state"].layers[0].W.state[1][2] == 400

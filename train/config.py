@@ -44,7 +44,7 @@ class DataConfig:
     corpus: str = choice("default", "default", "ptb", "text8", "enwik8", "text")
     path: str = ""              # file or folder; "" means the corpus's usual place (e.g. data/ptb)
     encoding: str = choice("chars", "chars", "bytes")  # for corpus = "text"
-    split: list[float] = bounded(None, at_least=0.0, factory=lambda: [0.9, 0.05, 0.05])  # default / text
+    split: list[float] = bounded(None, at_least=0.0, factory=lambda: [0.9, 0.05, 0.05])  # cut at int(f * N)
     cache_dir: str = ".minflux_cache"  # "" disables the token cache
 
 

@@ -58,6 +58,7 @@ class ModelConfig:
     output_embed_size: int = bounded(512, at_least=0, note="0: the largest hidden size")
     layer_norm: bool = False
     cell_form: str = choice("branch", "branch", "blend")   # HM-LSTM cell update as branches or a blend
+    init: str = choice("authors", "authors", "independent")  # HM-LSTM weights (see models.HMLSTM)
     mode: str = choice("mixed", "mixed", "reverse")        # how elementwise kernels are differentiated
     dtype: str = choice("float32", "float32", "float64")
 

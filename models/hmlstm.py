@@ -8,8 +8,8 @@ layer above at ``t-1``. Its pre-activation is one affine map with ``4H + 1`` col
 
 (recurrent term never gated; top-down only after a flush; bottom-up only when the layer below fired),
 split into the gates ``f, i, o, g`` and the boundary pre-activation. The cell update has three
-operations, FLUSH / COPY / UPDATE, chosen per element by real branches on ``z`` (`models.cells`), and the
-boundary ``z`` is a step function trained with the straight-through estimator. Defaults follow the
+operations, FLUSH / COPY / UPDATE, chosen per element by ``z`` (`models.cells`: the paper's blend, or
+real branches), and the boundary ``z`` is a step function trained with the straight-through estimator. Defaults follow the
 authors' code where the paper is silent: ``z`` is recomputed on every step, COPY copies both ``c`` and
 ``h`` in every layer including the top one, and the top layer has no boundary detector (its ``z`` is
 always 0) and no top-down input.
@@ -126,8 +126,13 @@ class HMLSTM(mf.nn.Module):
     ``model(tokens, state)`` takes ``(B, T)`` integer tokens and the state from `initial_state` (or
     the previous segment) and returns ``(logits (B, T, V), new_state, boundaries (B, T, L-1))``.
     ``slope`` is the hard sigmoid's slope ``a`` of the straight-through estimator (anneal it with
-    `models.annealed_slope`); ``cell_form`` picks the branch or blend cell update; ``mode`` is the
-    broadcast mode of the elementwise kernels (``"mixed"`` or the pure reverse-mode ``"reverse"``).
+    `models.annealed_slope`); ``cell_form`` picks the cell update: ``"blend"`` (the default) is the
+    paper's equations multiplied out, so the straight-through gradient reaches ``z`` through the choice
+    of operation as well as through the gates; ``"branch"`` takes real branches and gives ``z``
+    gradient only through the gates, which pushes a detector toward firing on every step (the cost of
+    flushing a memory, or of not updating the layer above, is invisible to it); in our runs it keeps a
+    healthy hierarchy with layer normalisation. ``mode`` is the broadcast mode of the elementwise
+    kernels (``"mixed"`` or the pure reverse-mode ``"reverse"``).
 
     ``init`` chooses the layers' weights. ``"authors"`` (the default) is the scheme of the authors'
     code: in ``W``, ``U`` and ``U_top`` one block (orthogonal where square, Glorot uniform otherwise)
@@ -148,7 +153,7 @@ class HMLSTM(mf.nn.Module):
     """
 
     def __init__(self, vocab_size: int, *, embed_size: int = 128, hidden_sizes: Sequence[int] = (512, 512, 512),
-                 output_embed_size: int | None = None, layer_norm: bool = False, cell_form: str = "branch",
+                 output_embed_size: int | None = None, layer_norm: bool = False, cell_form: str = "blend",
                  slope: float = 1.0, mode: str = "mixed", init: str = "authors", rng: np.random.Generator,
                  dtype=None):
         if cell_form not in CELL_FORMS:

@@ -9,7 +9,8 @@ character) and writes a self-contained HTML page (no scripts, no external files)
 RUN_DIR/boundaries.html. With ``--file``, reads the whole file (a Penn Treebank character file when the
 run's corpus is ``ptb``) with the state carried over ``B`` contiguous streams and prints each layer's
 rate of z = 1 by position in the word: on separators (whitespace, ``_``), on first letters, second
-letters, and so on.
+letters, and so on; both z = 1 after reading the character and FLUSH on it (z = 1 after the character
+before: the layer starts a new segment there, and the layer above was updated with the last one).
 """
 from __future__ import annotations
 
@@ -85,18 +86,16 @@ def boundaries_over_tokens(model, tokens: np.ndarray, batch_size: int = 32, seq_
     return z_all
 
 
-def position_table(rows: list[tuple]) -> str:
-    """A Markdown table of `models.boundaries.rates_by_position` rows.
+def position_table(rows: list[tuple], columns: list[str]) -> str:
+    """A Markdown table of `models.boundaries.rates_by_position` rows under ``columns`` (one per rate).
 
-    >>> print(position_table([("separator", 10, [0.5]), ("letter 1", 4, [0.25])]))
+    >>> print(position_table([("separator", 10, [0.5]), ("letter 1", 4, [0.25])], ["layer 1 z = 1"]))
     | position in word | characters | layer 1 z = 1 |
     |---|---|---|
     | separator | 10 | 50.0% |
     | letter 1 | 4 | 25.0% |
     """
-    layers = len(rows[0][2]) if rows else 0
-    lines = ["| position in word | characters | " + " | ".join(f"layer {l + 1} z = 1" for l in range(layers)) + " |",
-             "|" + "---|" * (layers + 2)]
+    lines = ["| position in word | characters | " + " | ".join(columns) + " |", "|" + "---|" * (len(columns) + 2)]
     lines += [f"| {label} | {count:,} | " + " | ".join(f"{r:.1%}" for r in rates) + " |"
               for label, count, rates in rows]
     return "\n".join(lines)
@@ -109,13 +108,20 @@ def file_symbols(path: Path, corpus: str) -> str:
 
 
 def rates_over_file(model, vocab: Vocabulary, path: Path, corpus: str, batch_size: int = 32,
-                    seq_len: int = 100, device: str = "cpu") -> list[tuple]:
-    """`rates_by_position` over a whole file (symbols outside the vocabulary are an error)."""
+                    seq_len: int = 100, device: str = "cpu") -> tuple[list[str], list[tuple]]:
+    """``(columns, rows)``: `rates_by_position` over a whole file, for each layer both ``z = 1`` after
+    reading the character and FLUSH on it (``z = 1`` after the character before, which starts a new
+    segment there). Symbols outside the vocabulary are an error.
+    """
     symbols = file_symbols(path, corpus)
     tokens = vocab.encode(symbols)
     z = boundaries_over_tokens(model, np.asarray(tokens, np.int64), batch_size, seq_len, device)
+    flush = np.concatenate([np.zeros_like(z[:1]), z[:-1]])
     shown = display_symbols(vocab, tokens[:-1])
-    return rates_by_position(z, positions_in_words([" " if s in "⏎→" else s for s in shown]))
+    positions = positions_in_words([" " if s in "⏎→" else s for s in shown])
+    layers = range(1, z.shape[1] + 1)
+    columns = [f"layer {l}: z = 1 after it" for l in layers] + [f"layer {l}: flushes on it" for l in layers]
+    return columns, rates_by_position(np.concatenate([z, flush], axis=1), positions)
 
 
 def display_symbols(vocab: Vocabulary, tokens) -> list[str]:
@@ -202,14 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     run = open_run(args.run_dir, args.checkpoint, args.device)
     if args.file:
         try:
-            rows = rates_over_file(run.model, run.vocab, Path(args.file), run.cfg.data.corpus, args.batch_size,
-                                   run.cfg.train.seq_len, run.device)
+            columns, rows = rates_over_file(run.model, run.vocab, Path(args.file), run.cfg.data.corpus,
+                                            args.batch_size, run.cfg.train.seq_len, run.device)
         except (ValueError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         print(f"{run.path} [{run.checkpoint_name} checkpoint, step {run.step}] z = 1 by position in the word "
               f"over {args.file}:\n")
-        print(position_table(rows))
+        print(position_table(rows, columns))
         return 0
     try:
         tokens, z = boundary_values(run.model, run.vocab, args.text, run.device)

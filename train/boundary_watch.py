@@ -13,9 +13,11 @@ log = logging.getLogger(__name__)
 
 LOW, HIGH, PATIENCE = 0.01, 0.99, 2
 
-REMEDIES = ('likely remedies: start again with the authors\' initialisation (model.init = "authors", the '
-            'default), a smaller learning rate (optim.lr), or the other cell form (model.cell_form = '
-            '"blend" or "branch")')
+REMEDIES = ('likely remedies: start again with the paper\'s cell form (model.cell_form = "blend", the '
+            'default; "branch" gives z gradient only through the gates, which pushes it toward firing '
+            'always), the authors\' initialisation (model.init = "authors", the default), layer '
+            'normalisation (model.layer_norm = true), or a smaller learning rate (optim.lr), so that '
+            'the first Adam steps cannot push every pre-activation out of the window at once')
 
 
 class BoundaryWatch:

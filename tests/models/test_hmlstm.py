@@ -305,3 +305,41 @@ def test_early_training_follows_an_independent_implementation_of_the_paper(cell_
     np.testing.assert_array_equal(ours[:, 1], theirs[:, 1])         # the z rate, step by step
     np.testing.assert_allclose(ours[:, 0], theirs[:, 0], rtol=1e-7)
     assert np.ptp(ours[:, 1]) > 0.05 and ours[-1, 0] < ours[0, 0] - 0.3  # it moved: the test can tell
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell_form", ["blend", "branch"])
+def test_a_small_hmlstm_learns_to_segment_words(cell_form):
+    """300 steps on sentences of words: layer 1's rate stays between 5% and 95% at every step, and on
+    held-out text it starts a new segment (flushes, after z = 1 on the character before) more often on
+    word-first letters than on any other character."""
+    from models import rates_by_position
+    from models.boundaries import positions_in_words
+
+    text = word_text(6000)
+    symbols = sorted(set(text))
+    ids = np.array([symbols.index(ch) for ch in text])
+    model = HMLSTM(len(symbols), embed_size=16, hidden_sizes=(48, 48), output_embed_size=48, cell_form=cell_form,
+                   rng=np.random.default_rng(0))
+    opt = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0), mf.optim.Adam(lr=0.005)), model)
+    B, T = 16, 40
+    streams = ids[:len(ids) // B * B].reshape(B, -1)
+    windows = (streams.shape[1] - 1) // T
+    state, rates = model.initial_state(B), []
+    for step in range(300):
+        w = step % windows
+        if w == 0:
+            state = model.initial_state(B)
+        x, y = streams[:, w * T:(w + 1) * T], streams[:, w * T + 1:(w + 1) * T + 1]
+        (loss, state, z), (grads,) = mf.withgradient(lambda m: lm_loss(m, state, x, y), model)
+        mf.optim.update(opt, model, grads)
+        rates.append(float(np.mean(z)))
+    assert 0.05 <= min(rates) and max(rates) <= 0.95, rates
+    held_out = word_text(1500, seed=1)
+    tokens = np.array([symbols.index(ch) for ch in held_out])
+    with mf.no_grad():
+        _, _, z = model(tokens[None, :-1], model.initial_state(1))
+    flushes = np.concatenate([[0.0], np.asarray(z)[0, :-1, 0]])[:, None]
+    rows = rates_by_position(flushes, positions_in_words(held_out[:-1]))
+    first = next(rates[0] for label, _, rates in rows if label == "letter 1")
+    assert all(first > rates[0] for label, _, rates in rows if label != "letter 1"), rows

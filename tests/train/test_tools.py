@@ -83,14 +83,16 @@ def test_boundaries_cli_prints_the_rate_by_position_in_the_word_over_a_file(run_
     run = open_run(run_dir, "best", "cpu")
     tokens = run.vocab.encode(text)
     _, _, z = run.model(tokens[None, :-1], run.model.initial_state(1))     # one stream: the whole text
+    z = np.asarray(z)[0, :, 0]
     by_position, position = {}, 0
-    for ch, fired in zip(text[:-1], np.asarray(z)[0, :, 0]):
+    for ch, fired, flushes in zip(text[:-1], z, np.concatenate([[0.0], z[:-1]])):
         position = 0 if ch in " \n_" else position + 1
-        by_position.setdefault(min(position, 9), []).append(fired)
-    assert "| position in word | characters | layer 1 z = 1 |" in out
-    for k, fired in by_position.items():
+        by_position.setdefault(min(position, 9), []).append((fired, flushes))
+    assert "| position in word | characters | layer 1: z = 1 after it | layer 1: flushes on it |" in out
+    for k, seen in by_position.items():
         label = "separator" if k == 0 else f"letter {k}" + ("+" if k == 9 else "")
-        assert f"| {label} | {len(fired):,} | {np.mean(fired):.1%} |" in out
+        fired, flushes = np.mean(seen, axis=0)
+        assert f"| {label} | {len(seen):,} | {fired:.1%} | {flushes:.1%} |" in out
 
 
 def test_render_terminal_marks_each_layer():

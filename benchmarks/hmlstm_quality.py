@@ -26,10 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import markdown_table, write_results  # noqa: E402
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]  # this checkout's minflux, models and train
+from _common import markdown_table, write_results  # noqa: E402
 PTB = Path(os.environ.get("MINFLUX_PTB_DIR", ROOT.parent / "shared" / "data" / "ptb-char"))
 TARGET_BPC, TARGET_FIRST_LETTER = 1.96, 0.80
 SETTINGS = ["model.kind=hmlstm", "model.hidden_sizes=[256, 256]", "model.embed_size=64",
@@ -72,7 +71,6 @@ def main(argv: list[str]) -> int:
     if not all((PTB / f"ptb.char.{s}.txt").is_file() for s in ("valid", "test")):
         print(f"skipped: no ptb.char.valid.txt / ptb.char.test.txt in {PTB}")
         return 0
-    sys.path.insert(0, str(ROOT))
     from train.boundaries import position_table, rates_over_file
     from train.runs import open_run
 

@@ -8,7 +8,6 @@ import pytest
 
 import minflux as mf
 from train.__main__ import main
-from train.checkpoint import read_meta
 from train.config import load_config
 from train.loop import Trainer, train
 from train.runs import RunDir
@@ -158,7 +157,7 @@ def test_the_last_step_is_validated_once_and_does_not_touch_the_schedule(cfg, tm
     assert not [r for r in records if r["kind"] == "lr" and r["step"] == 10]  # no decay after training
     (at_5,) = [r for r in records if r["kind"] == "valid"]
     best_step = 10 if end["valid_bpc"] < at_5["bpc"] else 5
-    assert read_meta(RunDir(tmp_path / "run").best)["step"] == best_step
+    assert mf.io.read(RunDir(tmp_path / "run").best).meta["step"] == best_step
     assert end["best_bpc"] == min(end["valid_bpc"], at_5["bpc"])
 
 

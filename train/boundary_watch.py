@@ -55,15 +55,15 @@ class BoundaryWatch:
         steps = " and ".join(str(s) for s, _ in recent)
         if kind == "low":
             headline = f"layer {layer}'s boundary detector has stopped firing"
-            effect = (f"z = 1 on {seen} of validation characters at steps {steps}. Its pre-activations "
-                      f"are below -1/a, where the straight-through gradient is exactly zero, so it will not "
-                      f"recover by itself, and layer {layer + 1} is almost never updated: the model is in "
-                      f"effect a plain LSTM")
+            effect = (f"z = 1 on {seen} of validation characters at steps {steps}. Once all its "
+                      f"pre-activations are below -1/a the straight-through gradient is exactly zero and it "
+                      f"cannot recover by itself; meanwhile layer {layer + 1} is almost never updated: the "
+                      f"model is in effect a plain LSTM")
         else:
             headline = f"layer {layer}'s boundary detector fires on every character"
-            effect = (f"z = 1 on {seen} of validation characters at steps {steps}. Its pre-activations "
-                      f"are above 1/a, where the straight-through gradient is exactly zero, so it will not "
-                      f"recover by itself; layer {layer} flushes its memory at every step and layer "
-                      f"{layer + 1} updates at every step: there is no hierarchy")
+            effect = (f"z = 1 on {seen} of validation characters at steps {steps}. Once all its "
+                      f"pre-activations are above 1/a the straight-through gradient is exactly zero and it "
+                      f"cannot recover by itself; meanwhile layer {layer} flushes its memory at every step "
+                      f"and layer {layer + 1} updates at every step: there is no hierarchy")
         log.warning("%s: %s; %s", headline, effect, REMEDIES)
         return headline

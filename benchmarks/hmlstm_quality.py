@@ -94,19 +94,23 @@ def main(argv: list[str]) -> int:
     train_records = [r for r in records if r["kind"] == "train"]
     result = {
         "test_bpc": end["valid_bpc"], "test_chars": end["valid_chars"], "streams": end["streams"],
-        "steps": end["step"], "train_seconds": train_seconds if train_seconds == train_seconds else end["seconds"],
+        "steps": end["step"],
+        "train_seconds": train_seconds if train_seconds == train_seconds else end["seconds"],
         "position_seconds": position_seconds, "layer1_first_letter_rate": first,
         "layer1_rate_after_separators": after_separator,
         "layer1_rate_elsewhere": other, "boundary_rates": end.get("boundary_rates"),
         "flush": end.get("flush"), "update": end.get("update"), "copy": end.get("copy"),
-        "train_boundary_rates_every_100_steps": [r["boundary_rates"] for r in train_records if r["step"] % 100 == 0],
+        "train_boundary_rates_every_100_steps": [r["boundary_rates"] for r in train_records
+                                                 if r["step"] % 100 == 0],
         "by_position": [{"position": label, "characters": count, **dict(zip(columns, rates))}
                         for label, count, rates in rows],
-        "settings": SETTINGS + args.overrides, "passed": end["valid_bpc"] <= TARGET_BPC and first >= TARGET_FIRST_LETTER,
+        "settings": SETTINGS + args.overrides,
+        "passed": end["valid_bpc"] <= TARGET_BPC and first >= TARGET_FIRST_LETTER,
     }
     f, u, c = (result[k] or [] for k in ("flush", "update", "copy"))
     summary = markdown_table(["", "minflux HM-LSTM", "target", "independent PyTorch HM-LSTM"], [
-        ["test bits per character (whole test set, 32 streams)", f"{result['test_bpc']:.3f}", f"<= {TARGET_BPC}", "1.952"],
+        ["test bits per character (whole test set, 32 streams)", f"{result['test_bpc']:.3f}",
+         f"<= {TARGET_BPC}", "1.952"],
         ["layer 1 fires on word-first letters (flushes there: z = 1 after the character before)",
          f"{first:.1%}", f">= {TARGET_FIRST_LETTER:.0%}", "87%"],
         ["layer 1 flushes elsewhere", f"{other:.1%}", "", ""],
@@ -121,7 +125,8 @@ def main(argv: list[str]) -> int:
              "embedding 256, batch 32, segments of 100, Adam 0.002, clipping at 1, blend cell form, the "
              "authors' initialisation, one thread):\n\n" + summary +
              "\nWhere layer 1's boundary detector fires over the whole test file, by position in the word "
-             "(`python -m train.boundaries RUN --file ptb.char.test.txt`):\n\n" + position_table(rows, columns) + "\n")
+             "(`python -m train.boundaries RUN --file ptb.char.test.txt`):\n\n"
+             + position_table(rows, columns) + "\n")
     write_results("hmlstm_quality", result, table)
     return 0 if result["passed"] else 1
 

@@ -9,5 +9,5 @@ from .boundaries import BoundaryStats, annealed_slope, boundary_rates, operation
 from .hmlstm import HMLSTM, HMLSTMLayer
 from .lstm import LSTMLM
 
-__all__ = ["BoundaryStats", "HMLSTM", "HMLSTMLayer", "LSTMLM", "annealed_slope", "boundary_rates", "operations",
-           "rates_by_position"]
+__all__ = ["BoundaryStats", "HMLSTM", "HMLSTMLayer", "LSTMLM", "annealed_slope", "boundary_rates",
+           "operations", "rates_by_position"]

@@ -9,10 +9,10 @@ layer above at ``t-1``. Its pre-activation is one affine map with ``4H + 1`` col
 (recurrent term never gated; top-down only after a flush; bottom-up only when the layer below fired),
 split into the gates ``f, i, o, g`` and the boundary pre-activation. The cell update has three
 operations, FLUSH / COPY / UPDATE, chosen per element by ``z`` (`models.cells`: the paper's blend, or
-real branches), and the boundary ``z`` is a step function trained with the straight-through estimator. Defaults follow the
-authors' code where the paper is silent: ``z`` is recomputed on every step, COPY copies both ``c`` and
-``h`` in every layer including the top one, and the top layer has no boundary detector (its ``z`` is
-always 0) and no top-down input.
+real branches), and the boundary ``z`` is a step function trained with the straight-through estimator.
+Defaults follow the authors' code where the paper is silent: ``z`` is recomputed on every step, COPY
+copies both ``c`` and ``h`` in every layer including the top one, and the top layer has no boundary
+detector (its ``z`` is always 0) and no top-down input.
 """
 from __future__ import annotations
 

@@ -63,7 +63,8 @@ def boundaries_over_tokens(model, tokens: np.ndarray, batch_size: int = 32, seq_
     ...     def initial_state(self, batch): return []
     ...     def __call__(self, tokens, state):
     ...         return None, state, (tokens == 0)[..., None].astype(float)
-    >>> boundaries_over_tokens(FiresOnSpace(), np.array([1, 0, 2, 0, 1, 1]), batch_size=2, seq_len=2)[:, 0].tolist()
+    >>> z = boundaries_over_tokens(FiresOnSpace(), np.array([1, 0, 2, 0, 1, 1]), batch_size=2, seq_len=2)
+    >>> z[:, 0].tolist()
     [0.0, 1.0, 0.0, 1.0, 0.0]
     """
     from .evaluate import take_rows
@@ -71,14 +72,16 @@ def boundaries_over_tokens(model, tokens: np.ndarray, batch_size: int = 32, seq_
     batch_size = max(1, min(batch_size, len(tokens) - 1))
     z_all = None
     state = model.initial_state(batch_size)
-    windows = zip(StreamBatcher(tokens, batch_size, seq_len), StreamBatcher(np.arange(len(tokens)), batch_size, seq_len))
+    windows = zip(StreamBatcher(tokens, batch_size, seq_len),
+                  StreamBatcher(np.arange(len(tokens)), batch_size, seq_len))  # where each input lies
     with mf.no_grad():
         for window, where in windows:
             if window.streams < batch_size:
                 state = take_rows(state, window.streams)
             _, state, z = model(mf.to_device(window.inputs, device), state)
             if z is None:
-                raise ValueError("this model has no boundary detectors (an LSTM); boundaries need an HM-LSTM run")
+                raise ValueError("this model has no boundary detectors (an LSTM); boundaries need an "
+                                 "HM-LSTM run")
             z = np.asarray(mf.to_numpy(z))
             if z_all is None:
                 z_all = np.zeros((len(tokens) - 1, z.shape[-1]), z.dtype)
@@ -95,7 +98,8 @@ def position_table(rows: list[tuple], columns: list[str]) -> str:
     | separator | 10 | 50.0% |
     | letter 1 | 4 | 25.0% |
     """
-    lines = ["| position in word | characters | " + " | ".join(columns) + " |", "|" + "---|" * (len(columns) + 2)]
+    lines = ["| position in word | characters | " + " | ".join(columns) + " |",
+             "|" + "---|" * (len(columns) + 2)]
     lines += [f"| {label} | {count:,} | " + " | ".join(f"{r:.1%}" for r in rates) + " |"
               for label, count, rates in rows]
     return "\n".join(lines)

@@ -43,7 +43,8 @@ class BoundaryWatch:
             recent = history[-PATIENCE:]
             if len(recent) < PATIENCE:
                 continue
-            for kind, dead in (("low", all(r < LOW for _, r in recent)), ("high", all(r > HIGH for _, r in recent))):
+            low, high = all(r < LOW for _, r in recent), all(r > HIGH for _, r in recent)
+            for kind, dead in (("low", low), ("high", high)):
                 if dead and (layer, kind) not in self._reported:
                     self._reported.add((layer, kind))
                     warned.append(self._warn(layer, kind, recent))

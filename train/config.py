@@ -57,7 +57,7 @@ class ModelConfig:
     hidden_sizes: list[int] = bounded(None, at_least=1, factory=lambda: [512, 512, 512])
     output_embed_size: int = bounded(512, at_least=0, note="0: the largest hidden size")
     layer_norm: bool = False
-    cell_form: str = choice("blend", "blend", "branch")    # HM-LSTM cell update: the paper's blend, or branches
+    cell_form: str = choice("blend", "blend", "branch")    # HM-LSTM cell: the paper's blend, or branches
     init: str = choice("authors", "authors", "independent")  # HM-LSTM weights (see models.HMLSTM)
     mode: str = choice("mixed", "mixed", "reverse")        # how elementwise kernels are differentiated
     dtype: str = choice("float32", "float32", "float64")

@@ -342,8 +342,9 @@ class Trainer:
         if stats is None:
             return {}
         log.info("step %d: boundaries %s", self.position.step, stats)
-        self.hierarchy = "val z " + "/".join(f"{r:.2f}" for r in stats.rates) + " F/U/C " + " ".join(
-            f"{f:.2f}/{u:.2f}/{c:.2f}" for f, u, c in zip(*(stats.fractions(k) for k in ("flush", "update", "copy"))))
+        fractions = zip(*(stats.fractions(k) for k in ("flush", "update", "copy")))
+        self.hierarchy = ("val z " + "/".join(f"{r:.2f}" for r in stats.rates) + " F/U/C "
+                          + " ".join(f"{f:.2f}/{u:.2f}/{c:.2f}" for f, u, c in fractions))
         self.boundary_watch.check(self.position.step, stats.rates)
         return stats.record()
 

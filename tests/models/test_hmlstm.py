@@ -83,7 +83,8 @@ def test_straight_through_gradient_in_every_case_against_the_linearised_rule(cel
     g = np.stack([mf.to_numpy(d) for d in grads]).reshape(4, 2, 6)
     assert np.all(g[~window] == 0)
     for layer in range(2):       # the checked gradients are not all zero, for z = 1 and for z = 0
-        assert np.any(g[:, layer][window[:, layer] & z0[:, layer]]) and np.any(g[:, layer][window[:, layer] & ~z0[:, layer]])
+        inside, fired = window[:, layer], z0[:, layer]
+        assert np.any(g[:, layer][inside & fired]) and np.any(g[:, layer][inside & ~fired])
 
 
 def test_branch_form_gives_the_boundary_gradient_only_through_the_gates(monkeypatch):
@@ -278,7 +279,8 @@ def test_early_training_follows_an_independent_implementation_of_the_paper(cell_
     p = {"E": tensors([model.embed.W])[0], "U": tensors([l.U for l in model.layers]),
          "W": tensors([l.W for l in model.layers]), "b": tensors([l.b for l in model.layers]),
          "U_top": tensors([model.layers[0].U_top]), "embed_W": tensors(model.output.embed_W)}
-    p.update({k: tensors([getattr(model.output, k)])[0] for k in ("gate_W", "gate_b", "embed_b", "out_W", "out_b")})
+    p.update({k: tensors([getattr(model.output, k)])[0]
+              for k in ("gate_W", "gate_b", "embed_b", "out_W", "out_b")})
     leaves = [v for value in p.values() for v in (value if isinstance(value, list) else [value])]
     torch_opt = torch.optim.Adam(leaves, lr=lr, eps=1e-8)
     opt = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0), mf.optim.Adam(lr=lr)), model)
@@ -291,7 +293,8 @@ def test_early_training_follows_an_independent_implementation_of_the_paper(cell_
         (loss, state, z), (grads,) = mf.withgradient(lambda m: lm_loss(m, state, x, y), model)
         mf.optim.update(opt, model, grads)
         logits, torch_state, torch_z = paper_hmlstm(torch, p, torch.tensor(x), torch_state, 1.0, cell_form)
-        torch_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, len(symbols)), torch.tensor(y).reshape(-1))
+        torch_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, len(symbols)),
+                                                       torch.tensor(y).reshape(-1))
         torch_opt.zero_grad()
         torch_loss.backward()
         norm = float(torch.sqrt(sum((q.grad ** 2).sum() for q in leaves)))
@@ -319,8 +322,8 @@ def test_a_small_hmlstm_learns_to_segment_words(cell_form):
     text = word_text(6000)
     symbols = sorted(set(text))
     ids = np.array([symbols.index(ch) for ch in text])
-    model = HMLSTM(len(symbols), embed_size=16, hidden_sizes=(48, 48), output_embed_size=48, cell_form=cell_form,
-                   rng=np.random.default_rng(0))
+    model = HMLSTM(len(symbols), embed_size=16, hidden_sizes=(48, 48), output_embed_size=48,
+                   cell_form=cell_form, rng=np.random.default_rng(0))
     opt = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0), mf.optim.Adam(lr=0.005)), model)
     B, T = 16, 40
     streams = ids[:len(ids) // B * B].reshape(B, -1)

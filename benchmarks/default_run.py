@@ -38,6 +38,8 @@ def main(argv: list[str]) -> int:
         "best_valid_bpc": min(r["bpc"] for r in valid) if valid else None,
         "last_train_bpc": train[-1].get("bpc") if train else None,
         "boundary_rates": train[-1].get("boundary_rates") if train else None,
+        "valid_boundary_rates": end.get("boundary_rates"),
+        "valid_flush_update_copy": [end.get(k) for k in ("flush", "update", "copy")],
         "arguments": argv,
     }
     rows = [["wall time", f"{seconds / 60:.1f} min"], ["training steps", result["steps"]],
@@ -45,7 +47,13 @@ def main(argv: list[str]) -> int:
             ["best validation bits per character", f"{result['best_valid_bpc']:.3f}"],
             ["training bits per character (last log)", f"{result['last_train_bpc']:.3f}"]]
     if result["boundary_rates"]:
-        rows.append(["boundary rates, layers 1..L-1", ", ".join(f"{r:.2f}" for r in result["boundary_rates"])])
+        rows.append(["boundary rates, layers 1..L-1 (last training log)",
+                     ", ".join(f"{r:.2f}" for r in result["boundary_rates"])])
+    if result["valid_boundary_rates"]:
+        rows.append(["boundary rates, layers 1..L-1 (end validation)",
+                     ", ".join(f"{r:.2f}" for r in result["valid_boundary_rates"])])
+        rows.append(["FLUSH / UPDATE / COPY per layer (end validation)", "; ".join(
+            f"{f:.2f} / {u:.2f} / {c:.2f}" for f, u, c in zip(*result["valid_flush_update_copy"]))])
     table = "What `python -m train` reaches (`python benchmarks/default_run.py`):\n\n" + \
         markdown_table(["", "default run"], rows)
     write_results("default_run", result, table)

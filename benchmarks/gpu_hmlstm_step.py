@@ -35,7 +35,7 @@ def minflux_step(size: dict, mode: str):
 
     rng = np.random.default_rng(0)
     model = HMLSTM(size["vocab"], embed_size=size["embed"], hidden_sizes=(size["hidden"],) * size["layers"],
-                   mode=mode, rng=rng)
+                   cell_form="branch", mode=mode, rng=rng)
     model = mf.to_device(model, "gpu")
     opt = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0), mf.optim.Adam(0.002)), model)
     tokens = rng.integers(0, size["vocab"], size=(size["batch"], size["length"] + 1))

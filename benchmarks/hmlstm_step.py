@@ -37,7 +37,7 @@ def batch(size, rng):
 def minflux_step(size, mode):
     rng = np.random.default_rng(0)
     model = HMLSTM(VOCAB, embed_size=size["embed"], hidden_sizes=(size["hidden"],) * size["layers"],
-                   mode=mode, rng=rng)
+                   cell_form="branch", mode=mode, rng=rng)
     opt = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0), mf.optim.Adam(0.002)), model)
     x, y = batch(size, rng)
     state = model.initial_state(size["batch"])

@@ -5,7 +5,9 @@
 >>> HMLSTM(5, embed_size=4, hidden_sizes=(3, 3), rng=np.random.default_rng(0)).parameter_count() > 0
 True
 """
-from .hmlstm import HMLSTM, HMLSTMLayer, annealed_slope, boundary_rates
+from .boundaries import BoundaryStats, annealed_slope, boundary_rates, operations, rates_by_position
+from .hmlstm import HMLSTM, HMLSTMLayer
 from .lstm import LSTMLM
 
-__all__ = ["HMLSTM", "HMLSTMLayer", "LSTMLM", "annealed_slope", "boundary_rates"]
+__all__ = ["BoundaryStats", "HMLSTM", "HMLSTMLayer", "LSTMLM", "annealed_slope", "boundary_rates",
+           "operations", "rates_by_position"]

@@ -53,25 +53,27 @@ def hm_update(z, z_below, c, h, f, i, o, g):
 
 @mf.elementwise
 def hm_update_blend(z, z_below, c, h, f, i, o, g):
-    """The same update as `hm_update` written as an arithmetic blend of the three operations.
+    """The same update as `hm_update` written as the paper's arithmetic blend of the three operations.
 
-    For binary ``z`` and ``z_below`` the values equal `hm_update`'s; the gradient differs: the blend
-    passes gradient to ``z`` and ``z_below`` through the choice of operation (e.g. ``dc/dz`` is
-    ``flush - update``), where the branch form gives them none.
+    The cell state is the blend ``c' = z flush + (1 - z) z_below update + copy c`` with
+    ``copy = (1 - z)(1 - z_below)``, and the hidden state is computed from it,
+    ``h' = (1 - copy) sigmoid(o) tanh(c') + copy h`` (Chung, Ahn and Bengio 2017, Eq. 2-3 with the
+    operations multiplied out). For binary ``z`` and ``z_below`` the values
+    equal `hm_update`'s; the gradient differs: the blend passes gradient to ``z`` and ``z_below``
+    through the choice of operation (``dc'/dz = flush - z_below update - (1 - z_below) c``), where the
+    branch form gives them none.
 
     >>> import numpy as np
     >>> c, h = hm_update_blend(0.0, 0.0, np.array([0.5]), np.array([0.1]), 0.0, 0.0, 0.0, 0.0)
     >>> float(c[0]), float(h[0])
     (0.5, 0.1)
     """
-    ig = mf.sigmoid(i) * mf.tanh(g)
-    c_update = mf.sigmoid(f) * c + ig
-    so = mf.sigmoid(o)
+    flush = mf.sigmoid(i) * mf.tanh(g)
+    update = mf.sigmoid(f) * c + flush
     copy = (1 - z) * (1 - z_below)
-    c_new = z * ig + (1 - z) * z_below * c_update + copy * c
-    h_new = z * (so * mf.tanh(ig)) + (1 - z) * z_below * (so * mf.tanh(c_update)) + copy * h
+    c_new = z * flush + (1 - z) * z_below * update + copy * c
+    h_new = (1 - copy) * mf.sigmoid(o) * mf.tanh(c_new) + copy * h
     return c_new, h_new
-
 
 
 @mf.elementwise

@@ -8,11 +8,11 @@ layer above at ``t-1``. Its pre-activation is one affine map with ``4H + 1`` col
 
 (recurrent term never gated; top-down only after a flush; bottom-up only when the layer below fired),
 split into the gates ``f, i, o, g`` and the boundary pre-activation. The cell update has three
-operations, FLUSH / COPY / UPDATE, chosen per element by real branches on ``z`` (`models.cells`), and the
-boundary ``z`` is a step function trained with the straight-through estimator. Defaults follow the
-authors' code where the paper is silent: ``z`` is recomputed on every step, COPY copies both ``c`` and
-``h`` in every layer including the top one, and the top layer has no boundary detector (its ``z`` is
-always 0) and no top-down input.
+operations, FLUSH / COPY / UPDATE, chosen per element by ``z`` (`models.cells`: the paper's blend, or
+real branches), and the boundary ``z`` is a step function trained with the straight-through estimator.
+Defaults follow the authors' code where the paper is silent: ``z`` is recomputed on every step, COPY
+copies both ``c`` and ``h`` in every layer including the top one, and the top layer has no boundary
+detector (its ``z`` is always 0) and no top-down input.
 """
 from __future__ import annotations
 
@@ -22,10 +22,20 @@ import numpy as np
 
 import minflux as mf
 
+from .boundaries import MIN_LAYERS
 from .cells import boundary, hm_update, hm_update_blend
 from .output import GatedOutput
 
 CELL_FORMS = {"branch": hm_update, "blend": hm_update_blend}
+INITS = ("independent", "authors")
+
+
+def block(rng: np.random.Generator, rows: int, columns: int, dtype) -> np.ndarray:
+    """One ``(rows, columns)`` block: orthogonal where square, Glorot uniform otherwise."""
+    init = mf.nn.init
+    if rows == columns:
+        return init.orthogonal(rng, rows, columns, dtype=dtype)
+    return init.glorot_uniform(rng, rows, columns, dtype=dtype)
 
 
 def recurrent_init(rng: np.random.Generator, rows: int, hidden: int, columns: int, dtype) -> np.ndarray:
@@ -39,6 +49,21 @@ def recurrent_init(rng: np.random.Generator, rows: int, hidden: int, columns: in
     return np.concatenate(blocks, axis=1)
 
 
+def replicated_init(rng: np.random.Generator, rows: int, hidden: int, boundary_column: bool,
+                    dtype) -> np.ndarray:
+    """The authors' scheme: one ``(rows, hidden)`` `block` repeated for the four gates ``f, i, o, g``,
+    then (with ``boundary_column``) the boundary detector's own ``(rows, 1)`` Glorot column.
+
+    >>> w = replicated_init(np.random.default_rng(0), 3, 2, True, np.float64)
+    >>> w.shape, bool(np.array_equal(w[:, :2], w[:, 6:8]))
+    ((3, 9), True)
+    """
+    gates = np.tile(block(rng, rows, hidden, dtype), (1, 4))
+    if not boundary_column:
+        return gates
+    return np.concatenate([gates, mf.nn.init.glorot_uniform(rng, rows, 1, dtype=dtype)], axis=1)
+
+
 class HMLSTMLayer(mf.nn.Module):
     """One HM-LSTM layer's weights: recurrent ``U``, top-down ``U_top``, bottom-up ``W`` and bias ``b``.
 
@@ -49,13 +74,21 @@ class HMLSTMLayer(mf.nn.Module):
     """
 
     def __init__(self, below: int, hidden: int, above: int | None, *, layer_norm: bool = False,
-                 rng: np.random.Generator, dtype=None):
+                 init: str = "authors", rng: np.random.Generator, dtype=None):
+        if init not in INITS:
+            raise ValueError(f"init must be one of {', '.join(map(repr, INITS))}, got {init!r}")
         self.hidden = hidden
         self.has_boundary = above is not None
         width = 4 * hidden + (1 if self.has_boundary else 0)
-        self.U = recurrent_init(rng, hidden, hidden, width, dtype)
-        self.W = mf.nn.init.glorot_uniform(rng, below, width, dtype=dtype)
-        self.U_top = None if above is None else recurrent_init(rng, above, hidden, width, dtype)
+        if init == "authors":
+            self.U = replicated_init(rng, hidden, hidden, self.has_boundary, dtype)
+            self.W = replicated_init(rng, below, hidden, self.has_boundary, dtype)
+            self.U_top = None if above is None else (
+                self.U.copy() if above == hidden else replicated_init(rng, above, hidden, True, dtype))
+        else:
+            self.U = recurrent_init(rng, hidden, hidden, width, dtype)
+            self.W = mf.nn.init.glorot_uniform(rng, below, width, dtype=dtype)
+            self.U_top = None if above is None else recurrent_init(rng, above, hidden, width, dtype)
         self.b = mf.nn.init.zeros(None, width, dtype=self.U.dtype)
         self.norms = None
         if layer_norm:
@@ -93,8 +126,24 @@ class HMLSTM(mf.nn.Module):
     ``model(tokens, state)`` takes ``(B, T)`` integer tokens and the state from `initial_state` (or
     the previous segment) and returns ``(logits (B, T, V), new_state, boundaries (B, T, L-1))``.
     ``slope`` is the hard sigmoid's slope ``a`` of the straight-through estimator (anneal it with
-    `annealed_slope`); ``cell_form`` picks the branch or blend cell update; ``mode`` is the broadcast
-    mode of the elementwise kernels (``"mixed"`` or the pure reverse-mode ``"reverse"``).
+    `models.annealed_slope`); ``cell_form`` picks the cell update: ``"blend"`` (the default) is the
+    paper's equations multiplied out, so the straight-through gradient reaches ``z`` through the choice
+    of operation as well as through the gates; ``"branch"`` takes real branches and gives ``z``
+    gradient only through the gates, which pushes a detector toward firing on every step (the cost of
+    flushing a memory, or of not updating the layer above, is invisible to it); in our runs it keeps a
+    healthy hierarchy with layer normalisation. ``mode`` is the broadcast mode of the elementwise
+    kernels (``"mixed"`` or the pure reverse-mode ``"reverse"``).
+
+    ``init`` chooses the layers' weights. ``"authors"`` (the default) is the scheme of the authors'
+    code: in ``W``, ``U`` and ``U_top`` one block (orthogonal where square, Glorot uniform otherwise)
+    repeated for the four gates, the boundary detector's column its own ``(n_in, 1)`` Glorot column,
+    and ``U_top`` a copy of ``U``. ``"independent"`` draws every gate block on its own, and the boundary
+    column as one more column of a Glorot matrix ``(n_in, 4H + 1)``, which makes the detector's input
+    from below four times smaller: with it the detector's pre-activations start in a narrow band that
+    the first few Adam steps can push wholly outside the straight-through window ``|x| < 1 / a``, after
+    which the detector never fires again (or always fires). The embedding is ``N(0, 1)``
+    (`minflux.nn.Embedding`'s default, as in most character models); a Glorot-scaled embedding also
+    shrinks the detector's input from below and trains more slowly.
 
     >>> import numpy as np
     >>> model = HMLSTM(11, embed_size=6, hidden_sizes=(5, 4), rng=np.random.default_rng(0))
@@ -104,19 +153,21 @@ class HMLSTM(mf.nn.Module):
     """
 
     def __init__(self, vocab_size: int, *, embed_size: int = 128, hidden_sizes: Sequence[int] = (512, 512, 512),
-                 output_embed_size: int | None = None, layer_norm: bool = False, cell_form: str = "branch",
-                 slope: float = 1.0, mode: str = "mixed", rng: np.random.Generator, dtype=None):
+                 output_embed_size: int | None = None, layer_norm: bool = False, cell_form: str = "blend",
+                 slope: float = 1.0, mode: str = "mixed", init: str = "authors", rng: np.random.Generator,
+                 dtype=None):
         if cell_form not in CELL_FORMS:
             raise ValueError(f"cell_form must be one of {sorted(CELL_FORMS)}, got {cell_form!r}")
-        if len(hidden_sizes) < 1:
-            raise ValueError("an HM-LSTM needs at least one layer (hidden_sizes is empty)")
+        if len(hidden_sizes) < MIN_LAYERS:
+            raise ValueError(f"an HM-LSTM needs at least {MIN_LAYERS} layers (hidden_sizes = [n, n, ...]); "
+                             f"with {len(hidden_sizes)} it has no boundary detector (use the LSTM)")
         self.vocab_size = vocab_size
         self.cell_form, self.slope, self.mode = cell_form, float(slope), mode
         self.embed = mf.nn.Embedding(vocab_size, embed_size, rng=rng, dtype=dtype)
         sizes = list(hidden_sizes)
         below = [embed_size] + sizes[:-1]
         above = sizes[1:] + [None]
-        self.layers = [HMLSTMLayer(b, h, a, layer_norm=layer_norm, rng=rng, dtype=dtype)
+        self.layers = [HMLSTMLayer(b, h, a, layer_norm=layer_norm, init=init, rng=rng, dtype=dtype)
                        for b, h, a in zip(below, sizes, above)]
         self.output = GatedOutput(sizes, output_embed_size or max(sizes), vocab_size, rng=rng, dtype=dtype)
 
@@ -149,29 +200,6 @@ class HMLSTM(mf.nn.Module):
             boundary_steps.append([getattr(z, "value", z) for _, _, z in states[:-1]])
         logits = self.output([mf.stack(hs, axis=1) for hs in hidden_steps])
         new_state = [{"c": c, "h": h, "z": z} for c, h, z in states]
-        return logits, new_state, self._boundaries(boundary_steps, tokens.shape)
-
-    def _boundaries(self, boundary_steps, shape):
         xp = mf.get_array_module(self.embed.W)
-        if len(self.layers) == 1:
-            return xp.zeros(tuple(shape) + (0,), self.embed.W.dtype)
-        return xp.stack([xp.concatenate(step, axis=-1) for step in boundary_steps], axis=1)
-
-
-def annealed_slope(epoch: int, start: float = 1.0, rate: float = 0.04, limit: float = 5.0) -> float:
-    """The slope annealing schedule ``a = min(limit, start + rate * epoch)`` of the HM-LSTM paper.
-
-    >>> annealed_slope(0), annealed_slope(50), annealed_slope(500)
-    (1.0, 3.0, 5.0)
-    """
-    return min(limit, start + rate * epoch)
-
-
-def boundary_rates(boundaries) -> list[float]:
-    """The fraction of steps on which each layer fired ``z = 1`` (a ``(B, T, L-1)`` array in).
-
-    >>> import numpy as np
-    >>> boundary_rates(np.array([[[1.0, 0.0], [0.0, 0.0]]]))
-    [0.5, 0.0]
-    """
-    return [float(r) for r in mf.to_numpy(boundaries).reshape(-1, boundaries.shape[-1]).mean(axis=0)]
+        boundaries = xp.stack([xp.concatenate(step, axis=-1) for step in boundary_steps], axis=1)
+        return logits, new_state, boundaries

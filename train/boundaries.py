@@ -2,9 +2,15 @@
 
     python -m train.boundaries RUN_DIR --text "..." [--html FILE] [--width 80]
                                [--checkpoint best|latest]
+    python -m train.boundaries RUN_DIR --file PATH [--batch-size B]
 
-Prints the text with one row of marks per layer (``|`` where z = 1 after reading that character) and
-writes a self-contained HTML page (no scripts, no external files) to RUN_DIR/boundaries.html.
+With ``--text``, prints the text with one row of marks per layer (``|`` where z = 1 after reading that
+character) and writes a self-contained HTML page (no scripts, no external files) to
+RUN_DIR/boundaries.html. With ``--file``, reads the whole file (a Penn Treebank character file when the
+run's corpus is ``ptb``) with the state carried over ``B`` contiguous streams and prints each layer's
+rate of z = 1 by position in the word: on separators (whitespace, ``_``), on first letters, second
+letters, and so on; both z = 1 after reading the character and FLUSH on it (z = 1 after the character
+before: the layer starts a new segment there, and the layer above was updated with the last one).
 """
 from __future__ import annotations
 
@@ -18,8 +24,10 @@ import numpy as np
 import minflux as mf
 from minflux.files import write_atomically
 
+from models.boundaries import positions_in_words, rates_by_position
+
 from .cli import command, prog
-from .data import Vocabulary
+from .data import StreamBatcher, Vocabulary, ptb_symbols
 from .sample import prime_tokens
 
 LAYER_COLOURS = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
@@ -44,6 +52,80 @@ def boundary_values(model, vocab: Vocabulary, text: str, device: str = "cpu"):
     if z is None:
         raise ValueError("this model has no boundary detectors (an LSTM); boundaries need an HM-LSTM run")
     return tokens, np.asarray(mf.to_numpy(z))[0]
+
+
+def boundaries_over_tokens(model, tokens: np.ndarray, batch_size: int = 32, seq_len: int = 100,
+                           device: str = "cpu") -> np.ndarray:
+    """z after reading each of ``tokens[:-1]``, ``(N - 1, L-1)``, over ``batch_size`` streams with the
+    state carried (the layout of `train.data.StreamBatcher`, as in evaluation).
+
+    >>> class FiresOnSpace:
+    ...     def initial_state(self, batch): return []
+    ...     def __call__(self, tokens, state):
+    ...         return None, state, (tokens == 0)[..., None].astype(float)
+    >>> z = boundaries_over_tokens(FiresOnSpace(), np.array([1, 0, 2, 0, 1, 1]), batch_size=2, seq_len=2)
+    >>> z[:, 0].tolist()
+    [0.0, 1.0, 0.0, 1.0, 0.0]
+    """
+    from .evaluate import take_rows
+
+    batch_size = max(1, min(batch_size, len(tokens) - 1))
+    z_all = None
+    state = model.initial_state(batch_size)
+    windows = zip(StreamBatcher(tokens, batch_size, seq_len),
+                  StreamBatcher(np.arange(len(tokens)), batch_size, seq_len))  # where each input lies
+    with mf.no_grad():
+        for window, where in windows:
+            if window.streams < batch_size:
+                state = take_rows(state, window.streams)
+            _, state, z = model(mf.to_device(window.inputs, device), state)
+            if z is None:
+                raise ValueError("this model has no boundary detectors (an LSTM); boundaries need an "
+                                 "HM-LSTM run")
+            z = np.asarray(mf.to_numpy(z))
+            if z_all is None:
+                z_all = np.zeros((len(tokens) - 1, z.shape[-1]), z.dtype)
+            z_all[where.inputs.reshape(-1)] = z.reshape(-1, z.shape[-1])
+    return z_all
+
+
+def position_table(rows: list[tuple], columns: list[str]) -> str:
+    """A Markdown table of `models.boundaries.rates_by_position` rows under ``columns`` (one per rate).
+
+    >>> print(position_table([("separator", 10, [0.5]), ("letter 1", 4, [0.25])], ["layer 1 z = 1"]))
+    | position in word | characters | layer 1 z = 1 |
+    |---|---|---|
+    | separator | 10 | 50.0% |
+    | letter 1 | 4 | 25.0% |
+    """
+    lines = ["| position in word | characters | " + " | ".join(columns) + " |",
+             "|" + "---|" * (len(columns) + 2)]
+    lines += [f"| {label} | {count:,} | " + " | ".join(f"{r:.1%}" for r in rates) + " |"
+              for label, count, rates in rows]
+    return "\n".join(lines)
+
+
+def file_symbols(path: Path, corpus: str) -> str:
+    """The symbols of a text file as the run's corpus reads them (PTB files: `ptb_symbols`)."""
+    text = Path(path).read_text(encoding="utf-8")
+    return ptb_symbols(text, path) if corpus == "ptb" else text
+
+
+def rates_over_file(model, vocab: Vocabulary, path: Path, corpus: str, batch_size: int = 32,
+                    seq_len: int = 100, device: str = "cpu") -> tuple[list[str], list[tuple]]:
+    """``(columns, rows)``: `rates_by_position` over a whole file, for each layer both ``z = 1`` after
+    reading the character and FLUSH on it (``z = 1`` after the character before, which starts a new
+    segment there). Symbols outside the vocabulary are an error.
+    """
+    symbols = file_symbols(path, corpus)
+    tokens = vocab.encode(symbols)
+    z = boundaries_over_tokens(model, np.asarray(tokens, np.int64), batch_size, seq_len, device)
+    flush = np.concatenate([np.zeros_like(z[:1]), z[:-1]])
+    shown = display_symbols(vocab, tokens[:-1])
+    positions = positions_in_words([" " if s in "⏎→" else s for s in shown])
+    layers = range(1, z.shape[1] + 1)
+    columns = [f"layer {l}: z = 1 after it" for l in layers] + [f"layer {l}: flushes on it" for l in layers]
+    return columns, rates_by_position(np.concatenate([z, flush], axis=1), positions)
 
 
 def display_symbols(vocab: Vocabulary, tokens) -> list[str]:
@@ -119,12 +201,26 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog=prog("train.boundaries"), description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", help="a run directory written by python -m train (an HM-LSTM)")
-    parser.add_argument("--text", required=True, help="the text to read")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text", help="the text to read and mark")
+    source.add_argument("--file", help="a whole file: print the rate of z = 1 by position in the word")
+    parser.add_argument("--batch-size", type=int, default=32, help="streams for --file (default 32)")
     parser.add_argument("--html", default=None, help="where to write the page (default RUN_DIR/boundaries.html)")
     parser.add_argument("--width", type=int, default=80, help="characters per terminal row")
     add_run_arguments(parser)
     args = parser.parse_args(argv)
     run = open_run(args.run_dir, args.checkpoint, args.device)
+    if args.file:
+        try:
+            columns, rows = rates_over_file(run.model, run.vocab, Path(args.file), run.cfg.data.corpus,
+                                            args.batch_size, run.cfg.train.seq_len, run.device)
+        except (ValueError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"{run.path} [{run.checkpoint_name} checkpoint, step {run.step}] z = 1 by position in the word "
+              f"over {args.file}:\n")
+        print(position_table(rows, columns))
+        return 0
     try:
         tokens, z = boundary_values(run.model, run.vocab, args.text, run.device)
     except ValueError as exc:

@@ -44,7 +44,7 @@ class DataConfig:
     corpus: str = choice("default", "default", "ptb", "text8", "enwik8", "text")
     path: str = ""              # file or folder; "" means the corpus's usual place (e.g. data/ptb)
     encoding: str = choice("chars", "chars", "bytes")  # for corpus = "text"
-    split: list[float] = bounded(None, at_least=0.0, factory=lambda: [0.9, 0.05, 0.05])  # default / text
+    split: list[float] = bounded(None, at_least=0.0, factory=lambda: [0.9, 0.05, 0.05])  # cut at int(f * N)
     cache_dir: str = ".minflux_cache"  # "" disables the token cache
 
 
@@ -57,7 +57,8 @@ class ModelConfig:
     hidden_sizes: list[int] = bounded(None, at_least=1, factory=lambda: [512, 512, 512])
     output_embed_size: int = bounded(512, at_least=0, note="0: the largest hidden size")
     layer_norm: bool = False
-    cell_form: str = choice("branch", "branch", "blend")   # HM-LSTM cell update as branches or a blend
+    cell_form: str = choice("blend", "blend", "branch")    # HM-LSTM cell: the paper's blend, or branches
+    init: str = choice("authors", "authors", "independent")  # HM-LSTM weights (see models.HMLSTM)
     mode: str = choice("mixed", "mixed", "reverse")        # how elementwise kernels are differentiated
     dtype: str = choice("float32", "float32", "float64")
 

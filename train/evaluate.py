@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 import minflux as mf
+from models.boundaries import BoundaryStats
 
 from .cli import command, prog
 from .data import StreamBatcher
@@ -34,6 +35,7 @@ class Evaluation:
     nats: float
     chars: int
     streams: int
+    boundaries: BoundaryStats | None = field(default=None, compare=False)  # an HM-LSTM's, else None
 
     @property
     def bpc(self) -> float:
@@ -59,7 +61,9 @@ def evaluate_tokens(model, tokens: np.ndarray, batch_size: int, seq_len: int, de
     ``max_chars`` > 0 evaluates only the first ``max_chars + 1`` tokens. The model is called as
     ``model(inputs, state) -> (logits, state, boundaries)`` with ``model.initial_state(streams)``.
     ``shard=(rank, ranks)`` evaluates only that rank's contiguous block of the streams (the result's
-    ``chars`` says how many it predicted; ``streams`` is still the total).
+    ``chars`` says how many it predicted; ``streams`` is still the total). When the model returns
+    boundaries (an HM-LSTM), the result's ``boundaries`` holds their `BoundaryStats` (each layer's
+    rate and FLUSH / UPDATE / COPY fractions over the characters this rank evaluated).
 
     >>> class Uniform:  # every one of 4 symbols with probability 1/4: exactly 2 bits
     ...     def initial_state(self, batch): return [np.zeros((batch, 1))]
@@ -78,6 +82,7 @@ def evaluate_tokens(model, tokens: np.ndarray, batch_size: int, seq_len: int, de
     total, count = 0.0, 0
     held = mine.stop - mine.start
     state = model.initial_state(held) if held else None
+    stats, previous = None, None
     with mf.no_grad():
         for window in batcher:
             rows = min(mine.stop, window.streams) - mine.start
@@ -86,12 +91,17 @@ def evaluate_tokens(model, tokens: np.ndarray, batch_size: int, seq_len: int, de
                     state, held = take_rows(state, rows), rows
                 part = slice(mine.start, mine.start + rows)
                 inputs, targets = mf.to_device((window.inputs[part], window.targets[part]), device)
-                logits, state, _ = model(inputs, state)
+                logits, state, boundaries = model(inputs, state)
                 total += float(mf.to_numpy(mf.cross_entropy(logits, targets, reduction="sum")))
                 count += rows * window.steps
+                if boundaries is not None and boundaries.shape[-1]:
+                    stats = stats or BoundaryStats()
+                    z = np.asarray(mf.to_numpy(boundaries))
+                    stats.add(z, None if previous is None else previous[:rows])
+                    previous = z[:, -1]
             if on_window is not None:
                 on_window(window)
-    return Evaluation(total / count if count else 0.0, count, batch_size)
+    return Evaluation(total / count if count else 0.0, count, batch_size, stats)
 
 
 @command

@@ -4,7 +4,13 @@ Every step reads one window of B contiguous streams (see `train.data.batching`),
 cross-entropy per character with `minflux.withgradient`, and updates the model with
 ``chain(ClipNorm(clip_norm), Adam(lr))``. The recurrent state returned by the model is carried into the
 next window and reset to zeros at the start of each epoch. The HM-LSTM's boundary slope is annealed per
-epoch, ``a = min(5, 1 + 0.04 * epoch)``.
+epoch, ``a = min(5, 1 + 0.04 * epoch)`` (`models.annealed_slope`).
+
+Validation records carry the HM-LSTM's boundary statistics (each detector's rate, each layer's FLUSH /
+UPDATE / COPY fractions; `models.BoundaryStats`), the progress bar shows them, and a detector that has
+stopped firing (or fires on every character) for two validations is reported once as a warning
+(`train.boundary_watch`). The last step is validated once, over the whole split, in the ``end`` record:
+it updates ``best`` but not the learning-rate schedule, since training is over.
 
 Everything a run needs to continue exactly is in its ``latest`` checkpoint: parameters, optimiser
 state, data position (epoch, window), recurrent state, random generator, learning-rate schedule, the
@@ -27,9 +33,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import minflux as mf
+from models.boundaries import annealed_slope, boundary_rates
 
 from minflux.files import write_atomically
 
+from .boundary_watch import BoundaryWatch
 from .config import Config, OptimConfig, dump_toml, parse_config
 from .data import StreamBatcher
 from .divergence import TrainingDiverged, describe_nonfinite, nonfinite_leaves
@@ -51,15 +59,6 @@ __all__ = ["Outcome", "Position", "Trainer", "TrainingDiverged", "annealed_slope
 # what a checkpoint's metadata must hold for a run to continue from it
 RESUME_KEYS = ("step", "epoch", "window", "recurrent_state", "rng", "schedule", "best_bpc", "elapsed",
                "vocabulary", "config", "slope")
-
-
-def annealed_slope(epoch: int) -> float:
-    """The HM-LSTM slope annealing schedule ``min(5, 1 + 0.04 * epoch)``.
-
-    >>> annealed_slope(0), annealed_slope(25), annealed_slope(1000)
-    (1.0, 2.0, 5.0)
-    """
-    return min(5.0, 1.0 + 0.04 * epoch)
 
 
 @dataclass
@@ -197,6 +196,8 @@ class Trainer:
         self.metrics = self.parallel.metrics(MetricsLog(run.metrics))
         self.stop = _StopFlag()
         self.begun = False
+        self.boundary_watch = BoundaryWatch()
+        self.hierarchy = ""  # the last validation's boundary summary, for the progress display
 
     # -- checkpoints --------------------------------------------------------------------------
 
@@ -297,7 +298,7 @@ class Trainer:
             (loss, new_state, boundaries), (grads,) = mf.withgradient(loss_of, self.model)
         rates = None
         if boundaries is not None and boundaries.shape[-1]:
-            rates = mf.to_numpy(boundaries).reshape(-1, boundaries.shape[-1]).mean(axis=0)
+            rates = np.array(boundary_rates(boundaries))
         loss, grads, rates = self.parallel.average(float(mf.to_numpy(loss)), grads, rates)
         if not math.isfinite(loss):
             raise self._diverged(f"the loss is {loss}")
@@ -325,7 +326,7 @@ class Trainer:
         old_lr = self.schedule.lr
         lr = self.schedule.step(result.bpc)
         self.metrics.write("valid", step=p.step, epoch=p.epoch, bpc=result.bpc, chars=result.chars,
-                           streams=result.streams, lr=old_lr, best=improved)
+                           streams=result.streams, lr=old_lr, best=improved, **self._hierarchy(result))
         log.info("step %d: validation %s%s", p.step, result, " (best so far)" if improved else "")
         if lr != old_lr:
             mf.optim.adjust(self.opt_state, lr=lr)
@@ -334,6 +335,18 @@ class Trainer:
         if improved:
             self.best_bpc = result.bpc
             self.save("best")
+
+    def _hierarchy(self, result: Evaluation) -> dict:
+        """The boundary statistics of a validation for its record; logs them and watches for collapse."""
+        stats = result.boundaries
+        if stats is None:
+            return {}
+        log.info("step %d: boundaries %s", self.position.step, stats)
+        fractions = zip(*(stats.fractions(k) for k in ("flush", "update", "copy")))
+        self.hierarchy = ("val z " + "/".join(f"{r:.2f}" for r in stats.rates) + " F/U/C "
+                          + " ".join(f"{f:.2f}/{u:.2f}/{c:.2f}" for f, u, c in fractions))
+        self.boundary_watch.check(self.position.step, stats.rates)
+        return stats.record()
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -379,6 +392,8 @@ class Trainer:
                     self._log_training(meter.take(), bar)
                 bar.update(1)
                 due = (t.eval_every and p.step % t.eval_every == 0) or (not t.eval_every and epoch_done)
+                last = (p.step >= total_steps or self.elapsed >= time_budget) and not self.stop.reason
+                due = due and not last  # the last step is validated once, by _finish
                 if due:
                     began = time.perf_counter()
                     self._after_validation(self.validate())
@@ -403,7 +418,8 @@ class Trainer:
         z = summary["boundary_rates"]
         bar.set_postfix_str(f"loss {summary['loss']:.3f} bpc {summary['bpc']:.3f} "
                             f"{summary['chars_per_s']:,.0f} char/s"
-                            + (f" z {'/'.join(f'{r:.2f}' for r in z)}" if z else ""))
+                            + (f" z {'/'.join(f'{r:.2f}' for r in z)}" if z else "")
+                            + (f" | {self.hierarchy}" if self.hierarchy else ""))
 
     def _finish(self, stopped: str) -> Outcome:
         outcome = Outcome(self.run, stopped, self.position, best_bpc=self.best_bpc)
@@ -415,6 +431,7 @@ class Trainer:
         if improved:
             self.best_bpc = outcome.best_bpc = result.bpc
             self.save("best")
+        hierarchy = self._hierarchy(result)
         s = self.cfg.sample
         outcome.valid = result
         if self.parallel.is_main:
@@ -423,7 +440,7 @@ class Trainer:
             write_atomically(self.run.sample, s.prime + outcome.sample + "\n")
         self.metrics.write("end", step=self.position.step, stopped=stopped, valid_bpc=result.bpc,
                            valid_chars=result.chars, streams=result.streams, best_bpc=self.best_bpc,
-                           seconds=self.elapsed)
+                           seconds=self.elapsed, **hierarchy)
         return outcome
 
 

@@ -172,10 +172,8 @@ def pick_device(device: str) -> str:
 def _hmlstm(cfg: ModelConfig, vocab_size: int, **common):
     import models
 
-    if len(cfg.hidden_sizes) < 2:
-        raise ValueError("an HM-LSTM needs at least two layers (model.hidden_sizes = [n, n, ...])")
     return models.HMLSTM(vocab_size, layer_norm=cfg.layer_norm, cell_form=cfg.cell_form, mode=cfg.mode,
-                         **common)
+                         init=cfg.init, **common)
 
 
 def _lstm(cfg: ModelConfig, vocab_size: int, **common):

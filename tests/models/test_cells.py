@@ -61,21 +61,39 @@ def test_cell_gradients_against_finite_differences(pre):
     check_grad(loss, *(pre[k] for k in "chfiog"))
 
 
-def test_z_gradients_of_the_two_forms_differ_as_documented(pre):
-    """Branches give z no gradient; the blend gives dc/dz = flush - update (at z = 0, zb = 1)."""
-    z, zb = np.zeros((3, 1)), np.ones((3, 1))
-    rest = tuple(pre[k] for k in "chfiog")
+@pytest.mark.parametrize("z, zb", [(1.0, 1.0), (1.0, 0.0), (0.0, 0.0), (0.0, 1.0)])
+def test_blend_passes_gradient_to_the_boundaries_through_the_choice_of_operation(z, zb, pre):
+    """The paper's blend: ``c' = z F + (1 - z) zb U + copy c``, ``h' = (1 - copy) s(o) tanh(c') + copy h``,
+    ``copy = (1 - z)(1 - zb)``; its derivatives in z and zb written out by hand, and finite differences."""
+    from minflux.testing import check_grad
 
-    def c_sum(form):
-        return lambda z, zb: mf.sum(form(z, zb, *rest)[0])
+    c, h, f, i, o, g = (pre[k] for k in "chfiog")
+    zs, zbs = np.full((3, 1), z), np.full((3, 1), zb)
+    w = np.random.default_rng(4).normal(size=(2, 3, 4))
 
-    gz_branch, gzb_branch = mf.gradient(c_sum(hm_update), z, zb)
-    gz_blend, gzb_blend = mf.gradient(c_sum(hm_update_blend), z, zb)
-    flush = sig(pre["i"]) * np.tanh(pre["g"])
-    update = sig(pre["f"]) * pre["c"] + flush
-    assert not np.any(gz_branch) and not np.any(gzb_branch)
-    np.testing.assert_allclose(gz_blend, (flush - update).sum(axis=1, keepdims=True), rtol=1e-10)
-    np.testing.assert_allclose(gzb_blend, (update - pre["c"]).sum(axis=1, keepdims=True), rtol=1e-10)
+    def loss(z, zb, c, h, f, i, o, g):
+        c_new, h_new = hm_update_blend(z, zb, c, h, f, i, o, g)
+        return mf.sum(w[0] * c_new + w[1] * h_new)
+
+    check_grad(loss, zs, zbs, c, h, f, i, o, g)
+    flush = sig(i) * np.tanh(g)
+    update = sig(f) * c + flush
+    copy = (1 - z) * (1 - zb)
+    c_new = z * flush + (1 - z) * zb * update + copy * c
+    out = sig(o) * np.tanh(c_new)
+    dc_dz, dc_dzb = flush - zb * update - (1 - zb) * c, (1 - z) * (update - c)
+    dh_dz = (1 - zb) * (out - h) + (1 - copy) * sig(o) * (1 - np.tanh(c_new) ** 2) * dc_dz
+    dh_dzb = (1 - z) * (out - h) + (1 - copy) * sig(o) * (1 - np.tanh(c_new) ** 2) * dc_dzb
+    gz, gzb = mf.gradient(loss, zs, zbs, c, h, f, i, o, g)[:2]
+    np.testing.assert_allclose(gz, (w[0] * dc_dz + w[1] * dh_dz).sum(axis=1, keepdims=True), rtol=1e-10)
+    np.testing.assert_allclose(gzb, (w[0] * dc_dzb + w[1] * dh_dzb).sum(axis=1, keepdims=True), rtol=1e-10)
+
+    def branch_loss(z, zb):
+        c_new, h_new = hm_update(z, zb, c, h, f, i, o, g)
+        return mf.sum(w[0] * c_new + w[1] * h_new)
+
+    gz_branch, gzb_branch = mf.gradient(branch_loss, zs, zbs)
+    assert not np.any(gz_branch) and not np.any(gzb_branch)  # branches give the boundaries no gradient
 
 
 @pytest.mark.parametrize("slope", [1.0, 2.5])

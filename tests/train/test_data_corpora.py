@@ -86,7 +86,7 @@ def test_enwik8_is_bytes_plain_or_zipped(tmp_path):
     assert plain.vocab.kind == "bytes" and len(plain.vocab) == len(set(data))
     whole = np.concatenate([plain.split(s) for s in ("train", "valid", "test")])
     assert bytes(plain.vocab.symbols[t] for t in whole) == data
-    assert len(plain.split("train")) == round(0.9 * len(data))
+    assert len(plain.split("train")) == int(0.9 * len(data))
     assert np.array_equal(whole, np.concatenate([zipped.split(s) for s in ("train", "valid", "test")]))
 
 
@@ -102,6 +102,17 @@ def test_text_file_and_folder_as_chars_or_bytes(tmp_path):
     as_bytes = load_corpus("text", str(tmp_path / "docs" / "b.txt"), encoding="bytes",
                            split=(0.5, 0.25, 0.25), cache_dir=None)
     assert as_bytes.vocab.kind == "bytes" and 0xC3 in as_bytes.vocab.symbols  # first byte of é
+
+
+@pytest.mark.parametrize("n, fractions, sizes", [(15, (0.9, 0.1, 0.0), [13, 2, 0]),
+                                                (19, (0.9, 0.1, 0.0), [17, 2, 0]),
+                                                (25, (0.9, 0.05, 0.05), [22, 1, 2])])
+def test_text_split_cuts_at_int_of_the_fraction(tmp_path, n, fractions, sizes):
+    """The conventional ``data[:int(0.9 * len(data))]``: 0.9 * 15 = 13.5 gives 13 (``round`` gave 14),
+    and the valid split ends at ``int((0.9 + 0.05) * 25)`` = 23."""
+    (tmp_path / "t.txt").write_text(("ab" * n)[:n])
+    corpus = load_corpus("text", str(tmp_path / "t.txt"), split=fractions, cache_dir=None)
+    assert [len(corpus.splits[s]) for s in ("train", "valid", "test")] == sizes
 
 
 def test_text_that_is_not_utf8_names_the_file_and_the_fix(tmp_path):

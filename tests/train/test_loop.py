@@ -145,3 +145,55 @@ def test_plateau_divides_the_learning_rate(cfg, tmp_path, tiny_model):
     records = [json.loads(l) for l in RunDir(tmp_path / "run").metrics.read_text().splitlines()]
     decays = [r for r in records if r["kind"] == "lr"]
     assert decays and decays[0]["previous"] == 5.0 and decays[0]["lr"] == pytest.approx(0.5)
+
+
+def test_the_last_step_is_validated_once_and_does_not_touch_the_schedule(cfg, tmp_path, tiny_model):
+    config = load_config(cfg, ["train.max_steps=10", "optim.plateau_patience=0", "optim.lr=5.0"])
+    outcome = train(config, RunDir(tmp_path / "run"))
+    records = [json.loads(l) for l in RunDir(tmp_path / "run").metrics.read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "valid"] == [5]        # not 10: that is the end's
+    end = records[-1]
+    assert end["kind"] == "end" and end["step"] == 10 and end["valid_bpc"] == outcome.valid.bpc
+    assert not [r for r in records if r["kind"] == "lr" and r["step"] == 10]  # no decay after training
+    (at_5,) = [r for r in records if r["kind"] == "valid"]
+    best_step = 10 if end["valid_bpc"] < at_5["bpc"] else 5
+    assert mf.io.read(RunDir(tmp_path / "run").best).meta["step"] == best_step
+    assert end["best_bpc"] == min(end["valid_bpc"], at_5["bpc"])
+
+
+def test_validation_records_carry_each_layers_boundary_statistics(cfg, tmp_path, tiny_model):
+    train(load_config(cfg, ["train.max_steps=12"]), RunDir(tmp_path / "run"))
+    records = [json.loads(l) for l in RunDir(tmp_path / "run").metrics.read_text().splitlines()]
+    for r in [r for r in records if r["kind"] in ("valid", "end")]:
+        (rate,) = r["boundary_rates"]                       # TinyLM: one detector, two "layers"
+        assert 0 <= rate <= 1 and len(r["flush"]) == len(r["update"]) == len(r["copy"]) == 2
+        for f, u, c in zip(r["flush"], r["update"], r["copy"]):
+            assert f + u + c == pytest.approx(1)
+        assert r["flush"][1] == 0 and r["update"][1] == pytest.approx(rate)  # the top layer never flushes
+        # layer 1 flushes on the step after it fired: the counts differ only at each stream's two ends
+        chars = r.get("chars", r.get("valid_chars"))
+        assert r["flush"][0] == pytest.approx(rate, abs=r["streams"] / chars)
+
+
+def test_a_dead_boundary_detector_is_reported_once_in_the_log_and_on_the_console(cfg, tmp_path, tiny_model,
+                                                                                monkeypatch, capsys):
+    real_call = tiny_model.__call__
+
+    def never_fires(self, tokens, state):
+        logits, state, z = real_call(self, tokens, state)
+        return logits, state, np.zeros_like(z)
+
+    monkeypatch.setattr(tiny_model, "__call__", never_fires)
+    out = tmp_path / "run"
+    assert main(["--config", str(cfg), "--out", str(out), "--set", "train.max_steps=20"]) == 0
+    headline = "layer 1's boundary detector has stopped firing"
+    console = capsys.readouterr().err
+    logged = RunDir(out).log.read_text()
+    assert console.count(headline) == 1 and logged.count(headline) == 1
+    assert "at steps 5 and 10" in logged and 'model.init = "authors"' in logged and "optim.lr" in logged
+
+
+def test_a_detector_that_fires_sometimes_is_not_reported(cfg, tmp_path, tiny_model, capsys):
+    out = tmp_path / "run"
+    assert main(["--config", str(cfg), "--out", str(out), "--set", "train.max_steps=20"]) == 0
+    assert "boundary detector" not in capsys.readouterr().err + RunDir(out).log.read_text()

@@ -72,6 +72,29 @@ def test_boundaries_cli_prints_and_writes_html(run_dir, capsys):
     assert page.count('class="c"') == len("the cat sat")
 
 
+def test_boundaries_cli_prints_the_rate_by_position_in_the_word_over_a_file(run_dir, tmp_path, capsys):
+    from train.runs import open_run
+
+    text = "the cat sat on the mat. a dog ran in the fog. " * 3
+    (tmp_path / "some.txt").write_text(text)
+    assert boundaries_main([str(run_dir), "--file", str(tmp_path / "some.txt"), "--batch-size", "1",
+                            "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    run = open_run(run_dir, "best", "cpu")
+    tokens = run.vocab.encode(text)
+    _, _, z = run.model(tokens[None, :-1], run.model.initial_state(1))     # one stream: the whole text
+    z = np.asarray(z)[0, :, 0]
+    by_position, position = {}, 0
+    for ch, fired, flushes in zip(text[:-1], z, np.concatenate([[0.0], z[:-1]])):
+        position = 0 if ch in " \n_" else position + 1
+        by_position.setdefault(min(position, 9), []).append((fired, flushes))
+    assert "| position in word | characters | layer 1: z = 1 after it | layer 1: flushes on it |" in out
+    for k, seen in by_position.items():
+        label = "separator" if k == 0 else f"letter {k}" + ("+" if k == 9 else "")
+        fired, flushes = np.mean(seen, axis=0)
+        assert f"| {label} | {len(seen):,} | {fired:.1%} | {flushes:.1%} |" in out
+
+
 def test_render_terminal_marks_each_layer():
     z = np.array([[1, 0], [0, 0], [1, 1]])
     assert render_terminal(list("abc"), z) == "text    abc\nlayer 1 | |\nlayer 2   |"

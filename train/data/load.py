@@ -9,7 +9,7 @@ from .cache import load_cached
 from .corpora import DEFAULT_FRACTIONS, Corpus, corpus_source
 from .sources import fingerprint
 
-BUILDER_VERSION = 1  # bump when the way tokens are built changes, so old caches count as stale
+BUILDER_VERSION = 2  # bump when the way tokens are built changes, so old caches count as stale
 
 
 def load_corpus(corpus: str = "default", path: str = "", encoding: str = "chars",

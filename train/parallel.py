@@ -109,4 +109,10 @@ class DataParallel:
             return result
         total, chars = distributed.allreduce_tree(np.array([result.nats * result.chars, result.chars],
                                                            np.float64), op="sum")
-        return Evaluation(float(total / chars), int(chars), result.streams)
+        stats = result.boundaries
+        if stats is not None and stats.fired is not None:   # every rank's boundary counts, summed
+            steps, fired, counts = distributed.allreduce_tree(
+                [np.array([stats.steps], np.int64), stats.fired.astype(np.int64),
+                 stats.counts.astype(np.int64)], op="sum")
+            stats = type(stats)(int(steps[0]), fired, counts)
+        return Evaluation(float(total / chars), int(chars), result.streams, stats)

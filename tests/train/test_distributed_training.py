@@ -68,6 +68,10 @@ def test_two_ranks_give_the_parameters_of_one_process_and_rerun_bit_identically(
             if key in a:
                 assert b[key] == pytest.approx(a[key], rel=1e-5), (a, b)
         assert a.get("chars") == b.get("chars")  # validation covered the same characters
+        for key in ("boundary_rates", "flush", "update", "copy"):  # every rank's boundary counts
+            assert (key in a) == (key in b), (key, a, b)
+            if key in a:
+                assert b[key] == pytest.approx(a[key], abs=1e-5), (key, a, b)
     assert (tmp_path / "two" / "train.log").is_file() and (tmp_path / "two" / "sample.txt").is_file()
 
 

@@ -56,22 +56,15 @@ def minflux_step(size: dict, mode: str):
 def torch_step(size: dict):
     import torch
 
-    from torch_hmlstm import TorchHMLSTM
+    from models import HMLSTM
+    from torch_hmlstm import TorchHMLSTM, make_step
 
-    torch.manual_seed(0)
+    model = HMLSTM(size["vocab"], embed_size=size["embed"], hidden_sizes=(size["hidden"],) * size["layers"],
+                   cell_form="branch", rng=np.random.default_rng(0))
     dev = torch.device("cuda")
-    model = TorchHMLSTM(size["vocab"], size["embed"], size["hidden"], size["layers"]).to(dev)
-    opt = torch.optim.Adam(model.parameters(), lr=0.002)
+    peer = TorchHMLSTM.from_minflux(model).to(dev)
     tokens = torch.from_numpy(np.random.default_rng(0).integers(0, size["vocab"], (size["batch"], size["length"] + 1)))
-    x, y = tokens[:, :-1].to(dev), tokens[:, 1:].to(dev)
-
-    def step():
-        opt.zero_grad()
-        logits = model(x)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, size["vocab"]), y.reshape(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+    step = make_step(peer, tokens[:, :-1].to(dev), tokens[:, 1:].to(dev))
 
     return step, torch.cuda.synchronize
 

@@ -106,11 +106,11 @@ def _cell(config, s, H, c, h, z, z_below):
     f, i, o = jnp.split(jax.nn.sigmoid(s[:, :3 * H]), 3, axis=1)
     ig = i * jnp.tanh(s[:, 3 * H:4 * H])
     c_update = f * c + ig
-    if config.cell_form == "blend":
+    if config.cell_form == "blend":  # the paper's blend: h from the blended c
         zb = 1.0 if z_below is None else z_below
-        update, copy = (1 - z) * zb, (1 - z) * (1 - zb)
-        return (z * ig + update * c_update + copy * c,
-                z * (o * jnp.tanh(ig)) + update * (o * jnp.tanh(c_update)) + copy * h)
+        copy = (1 - z) * (1 - zb)
+        c_new = z * ig + (1 - z) * zb * c_update + copy * c
+        return c_new, (1 - copy) * o * jnp.tanh(c_new) + copy * h
     flush = jax.lax.stop_gradient(z) > 0
     if z_below is None:
         c_new = jnp.where(flush, ig, c_update)

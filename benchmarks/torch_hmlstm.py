@@ -147,14 +147,14 @@ class TorchHMLSTM(nn.Module):
         f, i, o = sig[:, :H], sig[:, H:2 * H], sig[:, 2 * H:]
         ig = i * torch.tanh(s[:, 3 * H:4 * H])
         zd = z.detach()
-        if self.cell_form == "blend":
+        if self.cell_form == "blend":  # the paper's blend: h from the blended c
             c_update = torch.addcmul(ig, f, c)
             if z_below is None:  # the first layer: the embedding always fires
-                return z * ig + (1 - z) * c_update, z * (o * torch.tanh(ig)) + (1 - z) * (o * torch.tanh(c_update))
-            update, copy = (1 - z) * z_below, (1 - z) * (1 - z_below)
-            c_new = z * ig + update * c_update + copy * c
-            h_new = z * (o * torch.tanh(ig)) + update * (o * torch.tanh(c_update)) + copy * h
-            return c_new, h_new
+                c_new = z * ig + (1 - z) * c_update
+                return c_new, o * torch.tanh(c_new)
+            copy = (1 - z) * (1 - z_below)
+            c_new = z * ig + (1 - z) * z_below * c_update + copy * c
+            return c_new, (1 - copy) * o * torch.tanh(c_new) + copy * h
         flush = zd > 0
         if z_below is None:
             c_new = torch.where(flush, ig, torch.addcmul(ig, f, c))

@@ -24,10 +24,11 @@ from .ops import (all, any, arange, astype, argmax, argmin, binary_cross_entropy
                   reshape, roll, round, softmax, split, squeeze, stack, std, sum, swapaxes, take,
                   take_along_axis, tensordot, tile, transpose, unstack, var, zeros, zeros_like)
 from .broadcasting import sum_to
+from .pointwise.activations import elu, gelu, leaky_relu, log_sigmoid, logaddexp, rsqrt, silu, square
 from .pointwise.functions import broadcast, elementwise, scalar_rule
 from .pointwise.lazy import fusion, fusion_stats, set_fusion
 from .pointwise.primitives import (abs, acos, acosh, add, asin, asinh, atan, atan2, atanh, ceil, clip, cos,
-                                   cosh, divide, equal, exp, expm1, floor, floor_divide, greater,
+                                   cosh, divide, equal, erf, exp, expm1, floor, floor_divide, greater,
                                    greater_equal, hypot, less, less_equal, log, log1p, log2, log10,
                                    logical_and, logical_not, logical_or, maximum, minimum, mod, multiply,
                                    negative, not_equal, power, relu, sigmoid, sign, sin, sinh, softplus,
@@ -40,21 +41,22 @@ get_num_threads()   # applies MINFLUX_NUM_THREADS to the kernel pool and to BLAS
 
 __all__ = [
     "__version__", "abs", "acos", "acosh", "add", "all", "any", "arange", "argmax", "argmin", "asin",
-    "asinh", "atan", "atan2", "astype", "atanh", "binary_cross_entropy_with_logits", "broadcast", "broadcast_to",
-    "ceil", "clip", "CompileError", "concatenate", "cos", "cosh", "cross_entropy", "cumsum",
-    "default_dtype", "DeviceError", "divide", "dot", "einsum", "elementwise", "equal", "exp",
-    "expand_dims", "expm1", "flatten", "flip", "floor", "floor_divide", "from_dlpack", "full",
-    "full_like", "fusion", "fusion_stats", "get_array_module", "get_elementwise_backend",
-    "get_max_loop_iterations", "get_num_threads", "getitem", "gpu_available", "gradient", "greater",
-    "greater_equal", "HostTransferError", "hypot", "is_array", "isfinite", "isnan", "kl_divergence",
-    "less", "less_equal", "load", "log", "log10", "log1p", "log2", "log_softmax", "logical_and",
-    "logical_not", "logical_or", "logsumexp", "LoopLimitError", "matmul", "max", "maximum", "mean",
-    "min", "minimum", "mod", "moveaxis", "mse", "multiply", "negative", "nll", "nn", "no_grad",
-    "no_host_transfers", "norm", "not_equal", "one_hot", "ones", "ones_like", "optim", "outer", "pad",
-    "power", "prod", "relu", "repeat", "reshape", "roll", "round", "save", "scalar_rule",
-    "set_default_dtype", "set_elementwise_backend", "set_fusion", "set_max_loop_iterations",
-    "set_num_threads", "sigmoid", "sign", "sin", "sinh", "softmax", "softplus", "split", "sqrt",
-    "squeeze", "stack", "std", "stop_gradient", "subtract", "sum", "sum_to", "swapaxes", "take",
-    "take_along_axis", "tan", "tanh", "Tensor", "tensordot", "tile", "to_device", "to_numpy",
-    "transpose", "tree", "trunc", "unstack", "var", "where", "withgradient", "zeros", "zeros_like",
+    "asinh", "astype", "atan", "atan2", "atanh", "binary_cross_entropy_with_logits", "broadcast",
+    "broadcast_to", "ceil", "clip", "CompileError", "concatenate", "cos", "cosh", "cross_entropy",
+    "cumsum", "default_dtype", "DeviceError", "divide", "dot", "einsum", "elementwise", "elu", "equal",
+    "erf", "exp", "expand_dims", "expm1", "flatten", "flip", "floor", "floor_divide", "from_dlpack",
+    "full", "full_like", "fusion", "fusion_stats", "gelu", "get_array_module",
+    "get_elementwise_backend", "get_max_loop_iterations", "get_num_threads", "getitem", "gpu_available",
+    "gradient", "greater", "greater_equal", "HostTransferError", "hypot", "is_array", "isfinite",
+    "isnan", "kl_divergence", "leaky_relu", "less", "less_equal", "load", "log", "log10", "log1p",
+    "log2", "log_sigmoid", "log_softmax", "logaddexp", "logical_and", "logical_not", "logical_or",
+    "logsumexp", "LoopLimitError", "matmul", "max", "maximum", "mean", "min", "minimum", "mod",
+    "moveaxis", "mse", "multiply", "negative", "nll", "nn", "no_grad", "no_host_transfers", "norm",
+    "not_equal", "one_hot", "ones", "ones_like", "optim", "outer", "pad", "power", "prod", "relu",
+    "repeat", "reshape", "roll", "round", "rsqrt", "save", "scalar_rule", "set_default_dtype",
+    "set_elementwise_backend", "set_fusion", "set_max_loop_iterations", "set_num_threads", "sigmoid",
+    "sign", "silu", "sin", "sinh", "softmax", "softplus", "split", "sqrt", "square", "squeeze", "stack",
+    "std", "stop_gradient", "subtract", "sum", "sum_to", "swapaxes", "take", "take_along_axis", "tan",
+    "tanh", "Tensor", "tensordot", "tile", "to_device", "to_numpy", "transpose", "tree", "trunc",
+    "unstack", "var", "where", "withgradient", "zeros", "zeros_like",
 ]

@@ -172,7 +172,7 @@ _UNARY_F = {"exp": "exp", "log": "log", "log1p": "log1p", "expm1": "expm1", "sqr
             "sin": "sin", "cos": "cos", "tanh": "tanh", "floor": "floor", "abs": "fabs", "tan": "tan",
             "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh",
             "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "log2": "log2", "log10": "log10",
-            "ceil": "ceil", "trunc": "trunc"}
+            "ceil": "ceil", "trunc": "trunc", "erf": "erf"}
 _BINARY_F = {"power": "pow", "atan2": "atan2", "hypot": "hypot"}
 _FAST_F32 = {"exp": "__expf", "log": "__logf"}
 _COMPARISONS = {"less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">=", "equal": "==",

@@ -68,7 +68,7 @@ _TEMPLATES = {
     "not_equal": "({0} != {1})", "logical_and": "({0} & {1})", "logical_or": "({0} | {1})",
     "logical_not": "(not {0})", "float": "_F({0})", "int": "_I({0})",
 }
-_MATH_UNARY = {"sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+_MATH_UNARY = {"erf", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
                "atanh", "log2", "log10"}
 _MATH_BINARY = {"atan2", "hypot"}
 

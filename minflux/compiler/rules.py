@@ -28,8 +28,11 @@ tape's broadcast nodes):
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,21 @@ define("atan2", lambda xp, a, b: xp.arctan2(a, b),
        lambda m, a, b, y: _off_origin(m, a * a + b * b, -a))
 define("hypot", lambda xp, a, b: xp.hypot(a, b),
        lambda m, a, b, y: _off_origin(m, y, a), lambda m, a, b, y: _off_origin(m, y, b))
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(xp, x):
+    """The error function on arrays: libm's erf per element on the host, CuPy's kernel on a GPU."""
+    if xp is np:
+        out = _ERF(x)
+        dtype = getattr(x, "dtype", np.dtype(np.float64))
+        return np.asarray(out, dtype=dtype if np.dtype(dtype).kind == "f" else np.float64)[()]
+    import cupyx.scipy.special
+
+    return cupyx.scipy.special.erf(x)
+
+
+define("erf", _erf, lambda m, x, y: 1.1283791670955126 * m.exp(-(x * x)))   # 2 / sqrt(pi) exp(-x^2)
 define("ceil", lambda xp, x: xp.ceil(x), lambda m, x, y: 0)
 define("trunc", lambda xp, x: xp.trunc(x), lambda m, x, y: 0)
 # selection and comparisons (conditions carry no derivative)

@@ -98,6 +98,7 @@ log2 = _op("log2", "Elementwise base-2 logarithm." + _example("mf.log2(np.array(
 log10 = _op("log10", "Elementwise base-10 logarithm." + _example("mf.log10(np.array([100.0]))", "array([2.])"))
 atan2 = _op("atan2", "Elementwise ``atan(a / b)`` in the quadrant of ``(b, a)``." + _example("mf.atan2(np.ones(1), -1.0)", "array([2.35619449])"))
 hypot = _op("hypot", "Elementwise ``sqrt(a**2 + b**2)``." + _example("mf.hypot(np.array([3.0]), 4.0)", "array([5.])"))
+erf = _op("erf", "Elementwise error function ``2 / sqrt(pi) * integral_0^x exp(-t^2) dt``." + _example("mf.erf(np.zeros(1))", "array([0.])"))
 ceil = _op("ceil", "Elementwise ceiling (zero derivative)." + _example("mf.ceil(np.array([1.5]))", "array([2.])"))
 trunc = _op("trunc", "Elementwise rounding toward zero (zero derivative)." + _example("mf.trunc(np.array([-1.5]))", "array([-1.])"))
 

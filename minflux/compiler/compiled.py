@@ -207,6 +207,7 @@ def compiled(fn: Callable) -> CompiledFunction:
 
 
 _from_ir: dict = {}
+_FROM_IR_LIMIT = 1024
 
 
 def compiled_ir(key, build: Callable[[], Function]) -> CompiledFunction:
@@ -224,6 +225,8 @@ def compiled_ir(key, build: Callable[[], Function]) -> CompiledFunction:
     cf = _from_ir.get(key)
     if cf is None:
         function = build()
+        if len(_from_ir) >= _FROM_IR_LIMIT:
+            del _from_ir[next(iter(_from_ir))]   # the oldest structure (its kernels stay on disk)
         cf = _from_ir[key] = CompiledFunction(None, Parsed(function, []))
         cf.name = function.name
     return cf

@@ -311,7 +311,7 @@ def test_early_training_follows_an_independent_implementation_of_the_paper(cell_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cell_form", ["blend", "branch"])
+@pytest.mark.parametrize("cell_form", ["blend"])  # the default form; the branch form takes as long again
 def test_a_small_hmlstm_learns_to_segment_words(cell_form):
     """300 steps on sentences of words: layer 1's rate stays between 5% and 95% at every step, and on
     held-out text it starts a new segment (flushes, after z = 1 on the character before) more often on

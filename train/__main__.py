@@ -14,8 +14,9 @@ from .cli import EXPECTED, command, one_line, prog
 from .config import load_config
 from .data import DatasetNotFoundError
 from .loop import start_run
-from .progress import configure_logging, remove_logging
+from .progress import FILE_ONLY, configure_logging, remove_logging
 from .runs import RunDir, RunError, latest_run_path, new_run_path
+from .stopping import stop_summary
 
 log = logging.getLogger("train")
 
@@ -129,33 +130,49 @@ def _main(argv=None) -> int:
     except DatasetNotFoundError:
         raise
     except EXPECTED as exc:
+        log.error("error: %s", one_line(exc), extra=FILE_ONLY)  # a diverged run's reason, in train.log
         _say(f"error: {one_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         if distributed.size() > 1:
             raise  # main() ends every rank
         if run is None or not run.latest.is_file():
-            _say("\naborted before the first checkpoint; nothing was saved", file=sys.stderr)
+            report("\naborted before the first checkpoint; nothing was saved", sys.stderr)
             return 130
-        _say(f"\naborted without saving the last steps; the last checkpoint is {run.latest} "
-              f"(continue with: python -m train --out {run} --resume)", file=sys.stderr)
+        report(f"\naborted without saving the last steps; the last checkpoint is {run.latest} "
+               f"(continue with: python -m train --out {run} --resume)", sys.stderr)
         return 130
-    took = time.perf_counter() - started
-    p = outcome.position
+    report(summary(outcome, cfg, time.perf_counter() - started))
+    return 130 if outcome.stopped == "interrupted" else 0
+
+
+def report(text: str, stream=None) -> None:
+    """Print ``text`` on rank 0 (to stdout unless ``stream``) and write it to the run's train.log."""
+    _say(text, file=stream or sys.stdout)
+    for line in text.strip("\n").splitlines():
+        log.info(line, extra=FILE_ONLY)
+
+
+def summary(outcome, cfg, took: float) -> str:
+    """What the run reached, why it stopped and how to continue, the sample, and the next commands."""
+    p, run = outcome.position, outcome.run
+    stopped = stop_summary(outcome.stopped, outcome.budget, p.step, p.epoch, outcome.session_steps,
+                           outcome.elapsed, run)
+    lines = [""]
+    if outcome.valid is not None:
+        lines.append(f"validation: {outcome.valid} [step {p.step:,}, {took / 60:.1f} min this session]")
+        if outcome.best_bpc is not None and outcome.best_bpc < outcome.valid.bpc:
+            lines.append(f"best validation: {outcome.best_bpc:.4f} bits per character ({run.best})")
+    lines += stopped
     if outcome.stopped == "interrupted":
-        _say(f"stopped at step {p.step} (epoch {p.epoch}); continue with:\n"
-              f"    python -m train --out {run} --resume")
-        return 130
-    _say(f"\nvalidation: {outcome.valid} [step {p.step}, {took / 60:.1f} min this session]")
-    if outcome.best_bpc is not None and outcome.best_bpc < outcome.valid.bpc:
-        _say(f"best validation: {outcome.best_bpc:.4f} bits per character ({run.best})")
-    _say(f"\nsample (temperature {cfg.sample.temperature}):")
-    _say(cfg.sample.prime + outcome.sample)
-    _say(f"\nrun files: {run}/ (config.toml, metrics.jsonl, train.log, sample.txt, checkpoints/best.h5, "
-          f"checkpoints/latest.h5)")
-    _say(f"next: python -m train.evaluate {run} --split test | python -m train.sample {run} --prime \"...\"\n"
-          f"      python -m train.boundaries {run} --text \"...\" | python -m train.plot {run}")
-    return 0
+        return "\n".join(lines)
+    lines += ["", f"sample (temperature {cfg.sample.temperature}):", cfg.sample.prime + outcome.sample, "",
+              f"run files: {run}/ (config.toml, metrics.jsonl, train.log, sample.txt, checkpoints/best.h5, "
+              "checkpoints/latest.h5)",
+              f"next: python -m train.evaluate {run} --split test | python -m train.sample {run} "
+              f"--prime \"...\"\n      python -m train.boundaries {run} --text \"...\" | "
+              f"python -m train.plot {run}"]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

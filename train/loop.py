@@ -44,10 +44,11 @@ from .divergence import TrainingDiverged, describe_nonfinite, nonfinite_leaves
 from .evaluate import Evaluation, evaluate_tokens
 from .metrics import MetricsLog
 from .parallel import DataParallel
-from .progress import progress_bar
+from .progress import FILE_ONLY, progress_bar, progress_line
 from .resume import check_resumable
 from .runs import RunDir, RunError, build_model, corpus_for, pick_device
 from .sample import generate
+from .stopping import Budget
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,11 @@ class Outcome:
     """What `train` returns: why it stopped, the last validation, and the run's files."""
 
     run: RunDir
-    stopped: str                      # "finished", "max_steps", "time", "interrupted"
+    stopped: str                      # a key of train.stopping.STOP_REASONS
     position: Position
+    budget: Budget | None = None      # the limits it trained to
+    session_steps: int = 0            # steps taken by this call (0: a resumed run had nothing left)
+    elapsed: float = 0.0              # seconds of training over all sessions of the run
     valid: Evaluation | None = None
     best_bpc: float | None = None
     sample: str = ""
@@ -354,29 +358,34 @@ class Trainer:
         if self.cfg.train.slope_annealing and hasattr(self.model, "slope"):
             self.model.slope = annealed_slope(self.position.epoch)
 
-    def _limits(self) -> tuple[int, float]:
+    def budget(self) -> Budget:
+        """How far this run trains (`train.stopping.Budget`)."""
         t = self.cfg.train
-        total = t.epochs * len(self.batcher)
-        return (min(total, t.max_steps) if t.max_steps else total), (t.max_minutes * 60 or math.inf)
+        return Budget.of(epochs=t.epochs, max_steps=t.max_steps, max_minutes=t.max_minutes,
+                         windows_per_epoch=len(self.batcher))
 
     def fit(self) -> Outcome:
         """Train until the epochs, ``max_steps`` or ``max_minutes`` run out, or a signal arrives."""
         t = self.cfg.train
         if not self.begun:
             self.begin()
-        total_steps, time_budget = self._limits()
+        budget = self.budget()
         p = self.position
-        log.info("%s | %s | %s parameters on %s | %d windows of %dx%d per epoch", self.run,
+        log.info("%s | %s | %s parameters on %s | %d windows of %dx%d per epoch | training %s", self.run,
                  self.corpus.summary(), f"{mf.nn.parameter_count(self.model):,}", self.device,
-                 len(self.batcher), t.batch_size, t.seq_len)
-        stopped = "max_steps" if t.max_steps and total_steps == t.max_steps else "finished"
+                 len(self.batcher), t.batch_size, t.seq_len, budget.describe())
+        stopped = budget.stop_reason
         meter = self.meter
         meter.clock_starts()
         session_start = time.perf_counter() - self.elapsed
-        bar = progress_bar(total=total_steps, initial=p.step, desc=self.cfg.name, unit="step",
+        first_step, first_elapsed = p.step, self.elapsed
+        bar = progress_bar(total=budget.steps, initial=p.step, desc=self.cfg.name, unit="step",
                            disable=None if self.parallel.is_main else True)
         with bar, self.stop.installed():
-            while p.step < total_steps:
+            while p.step < budget.steps:
+                if self.elapsed >= budget.seconds:
+                    stopped = "time"
+                    break
                 if p.window == 0 or self.state is None:
                     self._set_slope()
                     self.state = self.model.initial_state(self.parallel.local_batch)
@@ -388,11 +397,13 @@ class Trainer:
                     p.epoch, p.window, self.state = p.epoch + 1, 0, None
                 self.elapsed = time.perf_counter() - session_start
                 meter.add(loss, window.targets.size * self.parallel.size, rates)
-                if p.step % t.log_every == 0 or p.step == total_steps:
-                    self._log_training(meter.take(), bar)
+                session_steps, session_seconds = p.step - first_step, self.elapsed - first_elapsed
+                bar.total = budget.projected_steps(p.step, self.elapsed, session_steps, session_seconds)
+                if p.step % t.log_every == 0 or p.step == budget.steps:
+                    self._log_training(meter.take(), bar, session_seconds / session_steps)
                 bar.update(1)
                 due = (t.eval_every and p.step % t.eval_every == 0) or (not t.eval_every and epoch_done)
-                last = (p.step >= total_steps or self.elapsed >= time_budget) and not self.stop.reason
+                last = (p.step >= budget.steps or self.elapsed >= budget.seconds) and not self.stop.reason
                 due = due and not last  # the last step is validated once, by _finish
                 if due:
                     began = time.perf_counter()
@@ -405,13 +416,10 @@ class Trainer:
                 if stopping:
                     stopped = "interrupted"
                     break
-                if self.elapsed >= time_budget:
-                    stopped = "time"
-                    break
         self.save("latest")
-        return self._finish(stopped)
+        return self._finish(stopped, budget, p.step - first_step)
 
-    def _log_training(self, summary: dict, bar) -> None:
+    def _log_training(self, summary: dict, bar, seconds_per_step: float) -> None:
         p = self.position
         self.metrics.write("train", step=p.step, epoch=p.epoch, **summary, lr=self.schedule.lr,
                            slope=float(getattr(self.model, "slope", 1.0)), seconds=self.elapsed)
@@ -420,9 +428,16 @@ class Trainer:
                             f"{summary['chars_per_s']:,.0f} char/s"
                             + (f" z {'/'.join(f'{r:.2f}' for r in z)}" if z else "")
                             + (f" | {self.hierarchy}" if self.hierarchy else ""))
+        line = progress_line(p.step, bar.total, p.epoch, summary, self.schedule.lr, self.elapsed,
+                             (bar.total - p.step) * seconds_per_step)
+        if bar.disable:  # no terminal: the line is the progress report
+            log.info(line)
+        else:
+            log.info(line, extra=FILE_ONLY)
 
-    def _finish(self, stopped: str) -> Outcome:
-        outcome = Outcome(self.run, stopped, self.position, best_bpc=self.best_bpc)
+    def _finish(self, stopped: str, budget: Budget, session_steps: int) -> Outcome:
+        outcome = Outcome(self.run, stopped, self.position, budget=budget, session_steps=session_steps,
+                          elapsed=self.elapsed, best_bpc=self.best_bpc)
         if stopped == "interrupted":
             self.metrics.write("end", step=self.position.step, stopped=stopped)
             return outcome

@@ -1,7 +1,9 @@
 """Progress bars and log handlers for the command-line tools (the only place handlers are set up).
 
 tqdm bars switch themselves off when the output is not a terminal; log lines go through
-``tqdm.write`` so they do not tear a bar apart.
+``tqdm.write`` so they do not tear a bar apart. A record logged with ``extra=FILE_ONLY`` goes to the
+log file but not to the console (the progress lines a bar already shows, the final summary that
+is printed on stdout).
 """
 from __future__ import annotations
 
@@ -10,8 +12,34 @@ import sys
 from pathlib import Path
 
 from tqdm import tqdm
+format_interval = tqdm.format_interval
 
 from minflux.files import write_atomically
+
+
+FILE_ONLY = {"file_only": True}
+
+
+def progress_line(step: int, total: int, epoch: int, summary: dict, lr: float, elapsed: float,
+                  remaining: float) -> str:
+    """One plain progress line: what the bar shows, for logs without a terminal.
+
+    ``summary`` holds the means since the last line (``loss``, ``bpc``, ``chars_per_s`` and the
+    per-layer ``boundary_rates``); ``elapsed`` and ``remaining`` are seconds.
+
+    >>> progress_line(120, 1500, 0, dict(loss=2.1, bpc=3.03, chars_per_s=9100.0, boundary_rates=[0.8, 0.2]),
+    ...               0.002, 30.0, 345.0)
+    'step 120/1,500 (8%) epoch 0 | loss 2.100 bpc 3.030 | 9,100 char/s | z 0.80/0.20 | lr 0.002 | 00:30 elapsed, ~05:45 left'
+    """
+    z = summary.get("boundary_rates")
+    return " | ".join([
+        f"step {step:,}/{total:,} ({100 * step / max(total, 1):.0f}%) epoch {epoch}",
+        f"loss {summary['loss']:.3f} bpc {summary['bpc']:.3f}",
+        f"{summary['chars_per_s']:,.0f} char/s",
+        *([f"z {'/'.join(f'{r:.2f}' for r in z)}"] if z else []),
+        f"lr {lr:.3g}",
+        f"{format_interval(elapsed)} elapsed, ~{format_interval(max(remaining, 0.0))} left",
+    ])
 
 
 def progress_bar(**kwargs) -> tqdm:
@@ -29,6 +57,8 @@ def progress_bar(**kwargs) -> tqdm:
 
 class _TqdmHandler(logging.StreamHandler):
     def emit(self, record):
+        if getattr(record, "file_only", False):
+            return
         try:
             tqdm.write(self.format(record), file=sys.stderr)
         except Exception:  # pragma: no cover - logging must never raise

@@ -38,7 +38,7 @@ def test_a_run_writes_config_metrics_checkpoints_and_sample(cfg, tmp_path, tiny_
     valid_steps = [r["step"] for r in records if r["kind"] == "valid"]
     assert valid_steps == list(range(5, train_records[-1]["step"] + 1, 5))
     assert run.best.is_file() and run.latest.is_file() and run.sample.read_text().startswith("the ")
-    assert records[-1]["kind"] == "end" and records[-1]["stopped"] == "finished"
+    assert records[-1]["kind"] == "end" and records[-1]["stopped"] == "epochs"
     losses = [r["loss"] for r in train_records]
     assert np.mean(losses[-3:]) < np.mean(losses[:3])  # it learns something
 

@@ -25,81 +25,123 @@ class ConfigError(ValueError):
     """A config file or override is wrong; the message names the key, the file and the fix."""
 
 
-def choice(default, *choices):
+def setting(default, doc: str):
+    """A dataclass field with its meaning ``doc`` (shown in the config reference, docs/config.md)."""
+    return field(default=default, metadata={"doc": doc})
+
+
+def choice(default, *choices, doc: str):
     """A dataclass field whose value must be one of ``choices``."""
-    return field(default=default, metadata={"choices": choices})
+    return field(default=default, metadata={"choices": choices, "doc": doc})
 
 
-def bounded(default, *, above=None, at_least=None, note: str = "", factory=None):
+def bounded(default, *, above=None, at_least=None, note: str = "", factory=None, doc: str):
     """A number field (or list of numbers) that must be ``> above`` or ``>= at_least``; ``note`` says
     what a boundary value means (e.g. "0: no limit")."""
     extra = {"default_factory": factory} if factory else {"default": default}
-    return field(**extra, metadata={"above": above, "at_least": at_least, "note": note})
+    return field(**extra, metadata={"above": above, "at_least": at_least, "note": note, "doc": doc})
 
 
 @dataclass
 class DataConfig:
     """``[data]``: which corpus and where its files are."""
 
-    corpus: str = choice("default", "default", "ptb", "text8", "enwik8", "text")
-    path: str = ""              # file or folder; "" means the corpus's usual place (e.g. data/ptb)
-    encoding: str = choice("chars", "chars", "bytes")  # for corpus = "text"
-    split: list[float] = bounded(None, at_least=0.0, factory=lambda: [0.9, 0.05, 0.05])  # cut at int(f * N)
-    cache_dir: str = ".minflux_cache"  # "" disables the token cache
+    corpus: str = choice(
+        "default", "default", "ptb", "text8", "enwik8", "text",
+        doc="the corpus: the Python documentation topics every installation carries (default), Penn "
+            "Treebank characters (ptb), text8, enwik8, or your own text file or folder (text)")
+    path: str = setting(
+        "", "the corpus's file or folder (for text: a UTF-8 file, or a folder whose non-hidden files, "
+            "subfolders included, are joined in sorted order); \"\" means the corpus's usual place "
+            "(e.g. `data/ptb`)")
+    encoding: str = choice(
+        "chars", "chars", "bytes",
+        doc="for corpus = \"text\": one token per Unicode character (chars) or per byte (bytes)")
+    split: list[float] = bounded(
+        None, at_least=0.0, factory=lambda: [0.9, 0.05, 0.05],
+        doc="train, validation and test fractions, in that order, cut at int(fraction * length) "
+            "(default and text corpora)")
+    cache: bool = setting(True, "keep the token arrays in an HDF5 cache, so a second run skips tokenising")
+    cache_dir: str = setting(
+        "", "where the token cache lives; \"\" means `<cache root>/datasets`, the cache root being "
+            "`$MINFLUX_CACHE_DIR` or the user cache directory's `minflux` (`~/.cache/minflux`)")
 
 
 @dataclass
 class ModelConfig:
     """``[model]``: the network."""
 
-    kind: str = choice("hmlstm", "hmlstm", "lstm")
-    embed_size: int = bounded(128, at_least=1)
-    hidden_sizes: list[int] = bounded(None, at_least=1, factory=lambda: [512, 512, 512])
-    output_embed_size: int = bounded(512, at_least=0, note="0: the largest hidden size")
-    layer_norm: bool = False
-    cell_form: str = choice("blend", "blend", "branch")    # HM-LSTM cell: the paper's blend, or branches
-    init: str = choice("authors", "authors", "independent")  # HM-LSTM weights (see models.HMLSTM)
-    mode: str = choice("mixed", "mixed", "reverse")        # how elementwise kernels are differentiated
-    dtype: str = choice("float32", "float32", "float64")
+    kind: str = choice("hmlstm", "hmlstm", "lstm",
+                       doc="hierarchical multiscale LSTM (hmlstm) or the stacked-LSTM baseline (lstm)")
+    embed_size: int = bounded(128, at_least=1, doc="size of the character embedding")
+    hidden_sizes: list[int] = bounded(None, at_least=1, factory=lambda: [512, 512, 512],
+                                      doc="hidden units per layer, bottom first (one entry per layer)")
+    output_embed_size: int = bounded(512, at_least=0, note="0: the largest hidden size",
+                                     doc="width of the output embedding that gates and mixes all layers")
+    layer_norm: bool = setting(False, "layer normalisation of the gate pre-activations")
+    cell_form: str = choice("blend", "blend", "branch",
+                            doc="the HM-LSTM cell update: the paper's blend, or the same as branches "
+                                "(if/elif)")
+    init: str = choice("authors", "authors", "independent",
+                       doc="HM-LSTM weights: the authors' scheme (one block repeated for the four gates) "
+                           "or independent blocks per gate (see models.HMLSTM)")
+    mode: str = choice("mixed", "mixed", "reverse",
+                       doc="how elementwise kernels are differentiated: fused mixed mode, or op by op "
+                           "on the tape (reverse, the baseline)")
+    dtype: str = choice("float32", "float32", "float64", doc="floating-point type of parameters and state")
 
 
 @dataclass
 class OptimConfig:
     """``[optim]``: Adam with global gradient-norm clipping and learning-rate decay on a plateau."""
 
-    lr: float = bounded(0.002, above=0.0)
-    clip_norm: float = bounded(1.0, at_least=0.0, note="0: no clipping")
-    plateau_factor: float = bounded(50.0, above=1.0, note="the learning rate is divided by it")
-    plateau_patience: int = bounded(2, at_least=0)  # evaluations without improvement before a decay
-    min_lr: float = bounded(1e-6, at_least=0.0)
+    lr: float = bounded(0.002, above=0.0, doc="Adam's initial learning rate")
+    clip_norm: float = bounded(1.0, at_least=0.0, note="0: no clipping",
+                               doc="clip the global gradient norm to this value")
+    plateau_factor: float = bounded(50.0, above=1.0, note="the learning rate is divided by it",
+                                    doc="divide the learning rate by this when validation stops improving")
+    plateau_patience: int = bounded(2, at_least=0,
+                                    doc="validations without improvement before the learning rate drops")
+    min_lr: float = bounded(1e-6, at_least=0.0, doc="the learning rate never drops below this")
 
 
 @dataclass
 class TrainConfig:
     """``[train]``: batching, length of the run, evaluation and checkpoint intervals, device."""
 
-    batch_size: int = bounded(64, at_least=1)
-    seq_len: int = bounded(100, at_least=1)  # truncated-BPTT window (segment length)
-    epochs: int = bounded(10, at_least=1)
-    max_steps: int = bounded(0, at_least=0, note="0: no limit other than epochs")
-    max_minutes: float = bounded(0.0, at_least=0.0, note="0: no time limit")  # else stop (and save) after it
-    eval_every: int = bounded(0, at_least=0, note="0: once per epoch")  # steps between validations
-    eval_chars: int = bounded(0, at_least=0, note="0: the whole split")  # validate on the first N only
-    eval_batch_size: int = bounded(0, at_least=0, note="0: the training batch size")  # evaluation streams
-    checkpoint_every: int = bounded(200, at_least=1)  # steps between "latest" checkpoints (+ validations)
-    log_every: int = bounded(10, at_least=1)  # steps between lines in metrics.jsonl
-    slope_annealing: bool = True    # HM-LSTM boundary slope a = min(5, 1 + 0.04 * epoch)
-    seed: int = 0
-    device: str = choice("auto", "cpu", "gpu", "auto")
+    batch_size: int = bounded(64, at_least=1, doc="parallel streams per step")
+    seq_len: int = bounded(100, at_least=1, doc="characters per stream per step (the truncated-BPTT window)")
+    epochs: int = bounded(10, at_least=1, doc="stop after this many passes over the training split")
+    max_steps: int = bounded(0, at_least=0, note="0: no limit other than epochs",
+                             doc="stop after this many steps (counted over all sessions of a run)")
+    max_minutes: float = bounded(0.0, at_least=0.0, note="0: no time limit",
+                                 doc="stop (and save) after this many minutes of training, counted over "
+                                     "all sessions; how many steps that is depends on the machine's load")
+    eval_every: int = bounded(0, at_least=0, note="0: once per epoch", doc="steps between validations")
+    eval_chars: int = bounded(0, at_least=0, note="0: the whole split",
+                              doc="validate on the first N characters only (the final validation uses "
+                                  "the whole split)")
+    eval_batch_size: int = bounded(0, at_least=0, note="0: the training batch size",
+                                   doc="streams the validation split is divided into")
+    checkpoint_every: int = bounded(200, at_least=1,
+                                    doc="steps between `checkpoints/latest.h5` (also written at each "
+                                        "validation, epoch end and stop)")
+    log_every: int = bounded(10, at_least=1,
+                             doc="steps between `metrics.jsonl` lines, and progress lines when the output "
+                                 "is not a terminal")
+    slope_annealing: bool = setting(True, "anneal the HM-LSTM boundary slope, `a = min(5, 1 + 0.04 * epoch)`")
+    seed: int = setting(0, "seed of the random generators (parameter initialisation, the final sample)")
+    device: str = choice("auto", "cpu", "gpu", "auto", doc="where to train; auto: the GPU when CuPy finds one")
 
 
 @dataclass
 class SampleConfig:
     """``[sample]``: the text printed at the end of a run."""
 
-    length: int = bounded(300, at_least=0)
-    temperature: float = bounded(1.0, at_least=0.0, note="0: always the most likely character")
-    prime: str = ""
+    length: int = bounded(300, at_least=0, doc="characters to generate")
+    temperature: float = bounded(1.0, at_least=0.0, note="0: always the most likely character",
+                                 doc="divides the logits before sampling; lower is more conservative")
+    prime: str = setting("", "text fed to the model before sampling (printed before the sample)")
 
 
 @dataclass
@@ -111,7 +153,7 @@ class Config:
     (100, 'hmlstm')
     """
 
-    name: str = "experiment"
+    name: str = setting("experiment", "names the run directory, `runs/<name>-<date>-<time>`")
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

@@ -197,7 +197,7 @@ def corpus_for(cfg: Config):
     """The corpus of ``cfg.data`` (through the token cache); unusable data files are a `RunError`."""
     d = cfg.data
     try:
-        return load_corpus(d.corpus, d.path, d.encoding, tuple(d.split), d.cache_dir or None)
+        return load_corpus(d.corpus, d.path, d.encoding, tuple(d.split), d.cache_dir if d.cache else None)
     except ValueError as exc:  # not UTF-8, a malformed file, too short for its splits...
         raise RunError(f"data: {exc}") from None
 

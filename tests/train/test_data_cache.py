@@ -98,3 +98,25 @@ def test_cache_writes_go_through_a_temporary_file(tmp_path, monkeypatch):
     cache.write_cache(target, {"k": 1}, cache.Vocabulary.from_text("ab"), {"train": np.array([0, 1], np.uint8)})
     assert seen == [(str(target) + f".tmp{os.getpid()}", str(target))]
     assert cache.read_cache(target, {"k": 1})[1] == "hit" and cache.read_cache(target, {"k": 2})[1] == "stale"
+
+
+def test_the_cache_goes_under_the_cache_root_not_the_working_directory(text_file, tmp_path, monkeypatch):
+    from train.config import load_config
+    from train.runs import corpus_for
+
+    monkeypatch.setenv("MINFLUX_CACHE_DIR", str(tmp_path / "root"))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    cfg = load_config(None, ["data.corpus=text", f"data.path={str(text_file)!r}"])
+    corpus = corpus_for(cfg)
+    assert corpus.cache_status == "missing" and corpus.cache_file.is_file()
+    assert corpus.cache_file.parent == tmp_path / "root" / "datasets"
+    assert oct((tmp_path / "root" / "datasets").stat().st_mode & 0o777) == "0o700"
+    assert list(work.iterdir()) == []
+    assert corpus_for(cfg).cache_status == "hit"
+    assert corpus_for(load_config(None, ["data.corpus=text", f"data.path={str(text_file)!r}",
+                                         "data.cache=false"])).cache_status == "disabled"
+    elsewhere = corpus_for(load_config(None, ["data.corpus=text", f"data.path={str(text_file)!r}",
+                                              f"data.cache_dir={str(tmp_path / 'mine')!r}"]))
+    assert elsewhere.cache_file.parent == tmp_path / "mine"

@@ -4,6 +4,9 @@ The cache is never trusted: it is used only when its stored fingerprint (source 
 times, content hashes, loader options) equals the current one and every token array matches the
 checksum stored beside it. Anything else (stale, truncated, not HDF5, missing pieces) is rebuilt. The
 file is written to a temporary name and renamed, so a crash never leaves a half-written cache behind.
+
+Caches live under `dataset_cache_dir` (the root of minflux's caches + ``/datasets``) unless a run's
+config names another directory (``data.cache_dir``).
 """
 from __future__ import annotations
 
@@ -17,11 +20,23 @@ from typing import Callable
 import h5py
 import numpy as np
 
+from minflux.compiler.cache_directory import cache_dir
+
 from .vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+
+
+def dataset_cache_dir() -> Path:
+    """Where token caches go by default: ``$MINFLUX_CACHE_DIR/datasets``, else the user cache
+    directory's ``minflux/datasets`` (``~/.cache/minflux/datasets``), beside the kernel cache.
+
+    >>> dataset_cache_dir().parts[-2:] == ("minflux", "datasets") or "MINFLUX_CACHE_DIR" in os.environ
+    True
+    """
+    return cache_dir() / "datasets"
 
 
 def checksum(tokens: np.ndarray) -> str:
@@ -70,7 +85,7 @@ def read_cache(path: Path, fingerprint: dict):
 
 def write_cache(path: Path, fingerprint: dict, vocab: Vocabulary, splits: dict) -> None:
     """Write the cache atomically: to ``<path>.tmp<pid>``, then rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     try:
         with h5py.File(tmp, "w") as f:

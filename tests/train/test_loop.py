@@ -124,6 +124,7 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(
     message = capsys.readouterr().err
     assert "the loss is nan at step 8" in message and str(RunDir(out).latest) in message
     assert "--resume" in message and "optim.lr" in message
+    assert "error: training stopped: the loss is nan at step 8" in RunDir(out).log.read_text()
     saved = Trainer(load_config(RunDir(out).config), RunDir(out), resume=True)
     saved.restore()
     assert saved.position.step == 6  # checkpoints every 3 steps; step 8 never finished

@@ -1,8 +1,10 @@
-"""The README's Python examples run as written, and its result tables come from benchmark output."""
+"""Every Python block of the README runs when pasted alone, and its result tables come from benchmark
+output."""
 import re
 import runpy
 from pathlib import Path
 
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -16,12 +18,28 @@ def test_readme_has_python_examples():
     assert len(python_blocks(README)) >= 2
 
 
-def test_readme_examples_run_in_order(tmp_path, monkeypatch):
-    """All Python blocks, concatenated, run as one script (scalar functions need a source file)."""
-    monkeypatch.chdir(tmp_path)
-    script = tmp_path / "readme_examples.py"
-    script.write_text("\n".join(python_blocks(README)))
-    runpy.run_path(str(script), run_name="readme_examples")
+def test_blocks_are_found_and_run_each_in_a_namespace_of_its_own(tmp_path, monkeypatch):
+    text = "a\n```python\nx = 1\n```\nb\n```bash\nls\n```\n```python\nassert 'x' not in globals()\n```\n"
+    assert python_blocks(text) == ["x = 1\n", "assert 'x' not in globals()\n"]
+    for block in python_blocks(text):
+        run_alone(block, tmp_path, monkeypatch)
+    with pytest.raises(NameError):
+        run_alone("print(np)\n", tmp_path, monkeypatch)  # a block that needs an earlier one fails
+
+
+def run_alone(block: str, folder: Path, monkeypatch) -> None:
+    """Run ``block`` as its own script (scalar functions need a source file) in an empty folder, with
+    fresh globals: what pasting it alone into a new interpreter does."""
+    monkeypatch.chdir(folder)
+    script = folder / "readme_block.py"
+    script.write_text(block)
+    runpy.run_path(str(script), run_name="__main__")
+
+
+@pytest.mark.parametrize("block", python_blocks(README),
+                         ids=[f"block{i + 1}" for i in range(len(python_blocks(README)))])
+def test_each_readme_block_runs_pasted_alone(block, tmp_path, monkeypatch):
+    run_alone(block, tmp_path, monkeypatch)
 
 
 def test_readme_tables_regenerate_from_results(tmp_path):

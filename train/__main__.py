@@ -149,7 +149,7 @@ def _main(argv=None) -> int:
 def report(text: str, stream=None) -> None:
     """Print ``text`` on rank 0 (to stdout unless ``stream``) and write it to the run's train.log."""
     _say(text, file=stream or sys.stdout)
-    for line in text.strip("\n").splitlines():
+    for line in filter(str.strip, text.splitlines()):
         log.info(line, extra=FILE_ONLY)
 
 

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 from tqdm import tqdm
-format_interval = tqdm.format_interval
 
 from minflux.files import write_atomically
 
@@ -38,7 +37,7 @@ def progress_line(step: int, total: int, epoch: int, summary: dict, lr: float, e
         f"{summary['chars_per_s']:,.0f} char/s",
         *([f"z {'/'.join(f'{r:.2f}' for r in z)}"] if z else []),
         f"lr {lr:.3g}",
-        f"{format_interval(elapsed)} elapsed, ~{format_interval(max(remaining, 0.0))} left",
+        f"{tqdm.format_interval(elapsed)} elapsed, ~{tqdm.format_interval(max(remaining, 0.0))} left",
     ])
 
 

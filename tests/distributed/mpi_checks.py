@@ -77,7 +77,7 @@ def check_nccl(d, comm):
 
 def check_watchdog(d, comm):
     if d.rank() == 1:
-        time.sleep(20)  # far longer than the timeout: rank 0 must not wait for it
+        time.sleep(40)  # far longer than the timeout: rank 0 must not wait for it
         Path(sys.argv[2]).with_suffix(".woke").write_text("rank 1 finished sleeping")
     d.barrier()
     return dict(finished=True)

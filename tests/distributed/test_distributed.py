@@ -133,9 +133,10 @@ def test_device_arrays_are_reduced_through_nccl_with_the_id_from_mpi(tmp_path):
 
 
 def test_a_rank_that_stops_answering_ends_the_job_with_a_message(tmp_path):
-    done = launch(2, CHECKS, "watchdog", tmp_path / "w.pkl", env={"CHECK_TIMEOUT": "1"}, timeout=60)
+    # 5 s: long enough that start-up collectives of a slow (loaded) rank finish in time, far below the sleep
+    done = launch(2, CHECKS, "watchdog", tmp_path / "w.pkl", env={"CHECK_TIMEOUT": "5"}, timeout=90)
     assert done.returncode != 0
-    assert "rank 0 of 2: barrier did not finish within 1 s" in done.stderr
+    assert "rank 0 of 2: barrier did not finish within 5 s" in done.stderr
     assert "Aborting the whole job" in done.stderr
-    assert not (tmp_path / "w.woke").exists()  # rank 1 was ended in its 20 s sleep, not waited for
+    assert not (tmp_path / "w.woke").exists()  # rank 1 was ended in its 40 s sleep, not waited for
     assert not (tmp_path / "w.pkl").exists()

@@ -24,9 +24,10 @@ the while loop in forever ran more than 50 iterations on 1 of
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
+
+from .settings import positive_int_from_environment
 
 __all__ = ["LoopLimitError", "get_max_loop_iterations", "set_max_loop_iterations"]
 
@@ -36,17 +37,8 @@ _ENV = "MINFLUX_MAX_LOOP_ITERATIONS"
 
 
 def _from_environment() -> int:
-    text = os.environ.get(_ENV, "").strip()
-    if not text:
-        return DEFAULT
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"{_ENV}={text!r} is not an integer; set it to the most iterations a while "
-                         "loop of a scalar function may run, e.g. 100000") from None
-    if value < 1:
-        raise ValueError(f"{_ENV}={value} must be at least 1")
-    return value
+    return positive_int_from_environment(_ENV, DEFAULT, "the most iterations a while loop of a scalar "
+                                         "function may run, e.g. 100000")
 
 
 _limit: int | None = None

@@ -20,6 +20,8 @@ import ctypes
 import logging
 import os
 
+from .settings import positive_int_from_environment
+
 __all__ = ["blas_threads", "get_num_threads", "set_num_threads", "usable_cores"]
 
 log = logging.getLogger(__name__)
@@ -35,17 +37,8 @@ def usable_cores() -> int:
 
 
 def _from_environment() -> int:
-    env = os.environ.get("MINFLUX_NUM_THREADS", "").strip()
-    if not env:
-        return usable_cores()
-    try:
-        n = int(env)
-    except ValueError:
-        raise ValueError(f"MINFLUX_NUM_THREADS={env!r} is not a whole number; set it to the number of "
-                         "threads minflux may use (at least 1), or unset it to use every core") from None
-    if n < 1:
-        raise ValueError(f"MINFLUX_NUM_THREADS={env!r} must be at least 1")
-    return n
+    return positive_int_from_environment("MINFLUX_NUM_THREADS", usable_cores(),
+                                         "the number of threads minflux may use")
 
 
 def get_num_threads() -> int:

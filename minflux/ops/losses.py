@@ -50,6 +50,28 @@ def log_softmax(x, axis: int = -1):
 _REDUCTIONS = ("mean", "sum", "none")
 
 
+def _class_targets(z, targets, axis, op: str, what: str):
+    """Check integer class ``targets`` against scores ``z`` (the array called ``what``) with its class
+    axis ``axis``; returns ``(xp, targets as an array, the non-negative axis)``."""
+    t = value_of(targets)
+    xp = get_array_module(z, t, op=op)
+    t = xp.asarray(t)
+    shape = tuple(z.shape)
+    if not shape:
+        raise ValueError(f"{op}: {what} must have a class axis, got a scalar")
+    axis = normalise_axis(axis, z.ndim, op, shape)
+    if t.dtype.kind not in "iu":
+        raise TypeError(f"{op}: targets must be integer class indices, got dtype {t.dtype}")
+    expected = shape[:axis] + shape[axis + 1:]
+    if tuple(t.shape) != expected:
+        raise ValueError(f"{op}: {what} of shape {shape} need targets of shape {expected} "
+                         f"(the {what}' shape without axis {axis}), got {tuple(t.shape)}")
+    classes = shape[axis]
+    if xp.__name__ == "numpy" and t.size and (t.min() < 0 or t.max() >= classes):
+        raise ValueError(f"{op}: targets must lie in [0, {classes}), got values from {t.min()} to {t.max()}")
+    return xp, t, axis
+
+
 def cross_entropy(logits, targets, reduction: str = "mean", axis: int = -1):
     """Cross-entropy of ``logits`` against integer class ``targets``, as one fused node.
 
@@ -66,23 +88,8 @@ def cross_entropy(logits, targets, reduction: str = "mean", axis: int = -1):
     if reduction not in _REDUCTIONS:
         raise ValueError(f"mf.cross_entropy: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
     z = value_of(logits)
-    t = value_of(targets)
-    xp = get_array_module(z, t, op="mf.cross_entropy")
-    t = xp.asarray(t)
-    shape = tuple(z.shape)
-    if not shape:
-        raise ValueError("mf.cross_entropy: logits must have a class axis, got a scalar")
-    axis = normalise_axis(axis, z.ndim, "mf.cross_entropy", shape)
-    if t.dtype.kind not in "iu":
-        raise TypeError(f"mf.cross_entropy: targets must be integer class indices, got dtype {t.dtype}")
-    expected = shape[:axis] + shape[axis + 1:]
-    if tuple(t.shape) != expected:
-        raise ValueError(f"mf.cross_entropy: logits of shape {shape} need targets of shape {expected} "
-                         f"(the logits' shape without axis {axis}), got {tuple(t.shape)}")
-    classes = shape[axis]
-    if xp.__name__ == "numpy" and t.size and (t.min() < 0 or t.max() >= classes):
-        raise ValueError(f"mf.cross_entropy: targets must lie in [0, {classes}), got values from "
-                         f"{t.min()} to {t.max()}")
+    xp, t, axis = _class_targets(z, targets, axis, "mf.cross_entropy", "logits")
+    classes = z.shape[axis]
     last = xp.moveaxis(z, axis, -1)
     lse = stable_logsumexp(xp, last, (-1 % last.ndim,))
     picked = xp.take_along_axis(last, xp.expand_dims(t, -1), axis=-1)
@@ -156,22 +163,7 @@ def nll(log_probs, targets, reduction: str = "mean", axis: int = -1):
     """
 
     z = value_of(log_probs)
-    t = value_of(targets)
-    xp = get_array_module(z, t, op="mf.nll")
-    t = xp.asarray(t)
-    shape = tuple(z.shape)
-    if not shape:
-        raise ValueError("mf.nll: log_probs must have a class axis, got a scalar")
-    axis = normalise_axis(axis, z.ndim, "mf.nll", shape)
-    if t.dtype.kind not in "iu":
-        raise TypeError(f"mf.nll: targets must be integer class indices, got dtype {t.dtype}")
-    expected = shape[:axis] + shape[axis + 1:]
-    if tuple(t.shape) != expected:
-        raise ValueError(f"mf.nll: log_probs of shape {shape} need targets of shape {expected} "
-                         f"(the shape without axis {axis}), got {tuple(t.shape)}")
-    if xp.__name__ == "numpy" and t.size and (t.min() < 0 or t.max() >= shape[axis]):
-        raise ValueError(f"mf.nll: targets must lie in [0, {shape[axis]}), got values from {t.min()} "
-                         f"to {t.max()}")
+    xp, t, axis = _class_targets(z, targets, axis, "mf.nll", "log_probs")
     picked = squeeze(take_along_axis(log_probs, xp.expand_dims(t, axis), axis=axis), axis=axis)
     return _reduce(negative(picked), reduction, "mf.nll")
 

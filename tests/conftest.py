@@ -26,6 +26,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(params=["numba", "numpy"])
+def backend(request):
+    """Run the test once with each CPU backend of elementwise kernels (restored afterwards)."""
+    import minflux as mf
+
+    before = mf.get_elementwise_backend()
+    mf.set_elementwise_backend(request.param)
+    yield request.param
+    mf.set_elementwise_backend(before)
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     """A seeded generator, so every test draws the same numbers on every run."""

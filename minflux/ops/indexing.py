@@ -69,7 +69,6 @@ def take(x, indices, axis: int | None = None):
     if idx.dtype.kind not in "iu":
         raise TypeError(f"mf.take: indices must be integers, got dtype {idx.dtype}")
     if axis is None:
-
         return take(reshape(x, (-1,)), idx, axis=0)
     shape = tuple(v.shape)
     axis = normalise_axis(axis, v.ndim, "mf.take", shape)
@@ -102,7 +101,6 @@ def take_along_axis(x, indices, axis: int | None):
     if idx.dtype.kind not in "iu":
         raise TypeError(f"mf.take_along_axis: indices must be integers, got dtype {idx.dtype}")
     if axis is None:
-
         return take_along_axis(reshape(x, (-1,)), idx.reshape(-1), axis=0)
     shape = tuple(v.shape)
     if idx.ndim != len(shape):

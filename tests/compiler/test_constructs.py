@@ -17,14 +17,6 @@ from broadcast_programs import CASES
 IDS = [c.name for c in CASES]
 
 
-@pytest.fixture(params=["numpy", "numba"])
-def backend(request):
-    before = mf.get_elementwise_backend()
-    mf.set_elementwise_backend(request.param)
-    yield request.param
-    mf.set_elementwise_backend(before)
-
-
 def _outputs(fn, args, mode="mixed"):
     out = fn(*args, mode=mode)
     return list(out) if isinstance(out, tuple) else [out]

@@ -8,14 +8,6 @@ import pytest
 import minflux as mf
 
 
-@pytest.fixture(params=["numba", "numpy"])
-def backend(request):
-    before = mf.get_elementwise_backend()
-    mf.set_elementwise_backend(request.param)
-    yield request.param
-    mf.set_elementwise_backend(before)
-
-
 @pytest.fixture
 def cap():
     before = mf.get_max_loop_iterations()

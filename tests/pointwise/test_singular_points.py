@@ -11,14 +11,6 @@ from minflux.testing import check_grad
 from minflux.pointwise.functions import _MODES as MODES
 
 
-@pytest.fixture(params=["numba", "numpy"])
-def backend(request):
-    before = mf.get_elementwise_backend()
-    mf.set_elementwise_backend(request.param)
-    yield request.param
-    mf.set_elementwise_backend(before)
-
-
 def grads(fn, *args, mode):
     # the zero term keeps the loss on the tape where the result does not depend on the arguments
     return mf.gradient(lambda x, *rest: mf.sum(mf.broadcast(fn, x, *rest, mode=mode)) + 0.0 * mf.sum(x),

@@ -176,7 +176,12 @@ def _result(name: str, kinds: tuple, floats: tuple, shapes: tuple):
 
 
 @functools.lru_cache(maxsize=1024)
-def _size(shape: tuple) -> int:
+def _broadcast_size(shapes: tuple) -> int:
+    """The number of elements of ``shapes`` broadcast together, 0 when they do not broadcast."""
+    try:
+        shape = np.broadcast_shapes(*shapes)
+    except ValueError:
+        return 0
     n = 1
     for d in shape:
         n *= d
@@ -191,6 +196,8 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
     prim = TABLE.get(name)
     if prim is None or ("." in name and name not in RULES):
         return None
+    if _broadcast_size(tuple(getattr(a, "shape", ()) for a in args)) < _settings["min_elements"]:
+        return None  # a tiny result (or shapes that do not broadcast: the op now says so) runs now
     kinds, floats, shapes, pendings = [], [], [], []
     members, leaf_ids = set(), set()   # the DAG's distinct pending nodes and leaves, for the caps
     involved = tracked = False
@@ -235,10 +242,6 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
             a.value
         return defer(name, args, tape)
     kind, dtype, shape = _result(name, tuple(kinds), tuple(floats), tuple(shapes))
-    if _size(shape) < _settings["min_elements"]:
-        for a in pendings:
-            a.value
-        return None
     p = Pending()
     p.op, p.args, p.shape, p.kind, p.dtype, p.tape, p.device = name, tuple(args), shape, kind, dtype, tape, where
     members.add(id(p))

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..autograd import is_seed_broadcast, record
 import numpy as np
 
+from ..autograd import is_seed_broadcast, record
 from ..backend import get_array_module
 from ..broadcasting import sum_to
 from ..tensor import unwrap
@@ -28,9 +28,11 @@ def _finish(acc, shape, dtype):
 
 def _may_be_nonfinite(x) -> bool:
     """False when every element of ``x`` is known finite (checked on the host only, never on a GPU)."""
-    if type(x) is not np.ndarray and not isinstance(x, np.generic):
-        return True  # device data: asking would copy to the host; the guarded product is always right
-    return not np.isfinite(np.sum(x))
+    if type(x) is np.ndarray:
+        return not np.isfinite(x.sum())   # the method: the np.sum wrapper costs more than a small sum
+    if isinstance(x, np.generic):
+        return not np.isfinite(x)
+    return True  # device data: asking would copy to the host; the guarded product is always right
 
 
 def _finite_seed(g) -> bool:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .backend import get_array_module, is_array, scatter_add
+from .product_gradient import ProductGradient
 from .tensor import Tensor
 from .tree import map_arrays
 
@@ -170,7 +171,7 @@ def record(name: str, value, args: Sequence[Any], vjp: Callable, multi: bool = F
     ``value`` is the op's output array (a list of arrays when ``multi``). ``vjp(g, needs)`` receives
     the output gradient (a list with None for outputs that got none, when ``multi``) and a sequence
     whose item ``k`` is truthy when argument ``k`` needs a gradient; it returns one gradient per
-    argument: an array of the argument's shape, an `IndexedGrad`, or None. It must not modify ``g``.
+    argument: an array of the argument's shape, an `IndexedGrad`, a `ProductGradient`, or None. It must not modify ``g``.
     The closure must capture arrays, never Tensors, so the tape dies with `gradient`'s frame.
     Plain-array arguments with no Tensor among them give a plain array back.
 
@@ -218,6 +219,18 @@ class _Gradients:
     def add(self, slot: int, g) -> None:
         by_slot = self.by_slot
         prev = by_slot.get(slot)
+        if type(g) is ProductGradient or type(prev) is ProductGradient:
+            if prev is None:
+                by_slot[slot] = g
+                return
+            if type(g) is ProductGradient and type(prev) is ProductGradient:
+                prev.add(g)
+                return
+            if type(prev) is ProductGradient:  # a product meets another kind of gradient: form it
+                prev = by_slot[slot] = prev.dense()
+                self.owned.add(slot)
+            else:
+                g = g.dense()
         if type(g) is IndexedGrad:
             if prev is None:
                 by_slot[slot] = g.dense()
@@ -235,7 +248,8 @@ class _Gradients:
             self.owned.add(slot)
 
     def pop(self, slot: int):
-        return self.by_slot.pop(slot, None)
+        g = self.by_slot.pop(slot, None)
+        return g.dense() if type(g) is ProductGradient else g
 
 
 def _fresh(array, dtype):
@@ -419,6 +433,8 @@ def withgradient(f: Callable, *args):
         g = by_slot.get(wrapped._slot)
         if g is None:
             return None
+        if type(g) is ProductGradient:
+            g = by_slot[wrapped._slot] = g.dense()
         g = _own_gradient(g, wrapped.value, handed_out)
         handed_out.add(id(g))
         return g

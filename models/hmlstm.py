@@ -99,17 +99,34 @@ class HMLSTMLayer(mf.nn.Module):
         term = h_below @ self.W
         return self.norms[2](term) if self.norms else term
 
-    def step(self, c, h, z, h_above, bottom_up, z_below, slope: float, cell, mode: str):
-        """One time step: returns the new ``(c, h, z)``."""
-        recurrent = h @ self.U
+    def stacked_weights(self, bottom: bool):
+        """``[U; U_top; W; b]`` as one matrix (without ``W`` and ``b`` for the ``bottom`` layer, whose
+        bottom-up term is computed for the whole segment at once), for `step`'s single product."""
+        blocks = [self.U] + ([self.U_top] if self.U_top is not None else [])
+        if not bottom:
+            blocks += [self.W, mf.reshape(self.b, (1, -1))]
+        return mf.concatenate(blocks, axis=0)
+
+    def step(self, c, h, z, h_above, below, z_below, slope: float, cell, mode: str, *, bottom: bool,
+             stacked=None):
+        """One time step: returns the new ``(c, h, z)``.
+
+        ``below`` is the bottom-up input: ``h`` of the layer below, or for the ``bottom`` layer its
+        term computed for the whole segment by the caller (``W x + b``, or normalised ``W x`` with layer
+        norm). Without layer norm the pre-activation is one product of the concatenated input
+        ``[h, z h_above, z_below h_below, 1]`` with ``stacked`` (`stacked_weights`): gating an input
+        row by ``z`` before the product equals gating the product's row, in value and in gradient.
+        """
         if self.norms:
-            recurrent = self.norms[0](recurrent)
-        s = recurrent + z_below * bottom_up + self.b
-        if self.U_top is not None:
-            top_down = h_above @ self.U_top
-            if self.norms:
-                top_down = self.norms[1](top_down)
-            s = s + z * top_down
+            s = self._normalised_preactivation(h, z, h_above, below if bottom else self.bottom_up(below),
+                                               z_below)
+        else:
+            inputs = [h] + ([z * h_above] if self.U_top is not None else [])
+            if bottom:
+                s = mf.concatenate(inputs, axis=-1) @ stacked + below
+            else:
+                ones = mf.get_array_module(self.b).ones((h.shape[0], 1), dtype=self.b.dtype)
+                s = mf.concatenate(inputs + [z_below * below, ones], axis=-1) @ stacked
         H = self.hidden
         if self.has_boundary:
             f, i, o, g, s_z = mf.split(s, [H, 2 * H, 3 * H, 4 * H], axis=-1)
@@ -118,6 +135,12 @@ class HMLSTMLayer(mf.nn.Module):
         c_new, h_new = mf.broadcast(cell, z, z_below, c, h, f, i, o, g, mode=mode)
         z_new = mf.broadcast(boundary, s_z, slope, mode=mode) if self.has_boundary else z
         return c_new, h_new, z_new
+
+    def _normalised_preactivation(self, h, z, h_above, bottom_up, z_below):
+        s = self.norms[0](h @ self.U) + z_below * bottom_up + self.b
+        if self.U_top is not None:
+            s = s + z * self.norms[1](h_above @ self.U_top)
+        return s
 
 
 class HMLSTM(mf.nn.Module):
@@ -181,7 +204,13 @@ class HMLSTM(mf.nn.Module):
     def __call__(self, tokens, state: list[dict]):
         cell = CELL_FORMS[self.cell_form]
         embedded = self.embed(tokens)
-        first_inputs = mf.unstack(self.layers[0].bottom_up(embedded), axis=1)
+        bottom = self.layers[0]
+        if bottom.norms:
+            first_inputs = mf.unstack(bottom.bottom_up(embedded), axis=1)
+            stacked = [None] * len(self.layers)
+        else:
+            first_inputs = mf.unstack(embedded @ bottom.W + bottom.b, axis=1)
+            stacked = [layer.stacked_weights(bottom=l == 0) for l, layer in enumerate(self.layers)]
         states = [(s["c"], s["h"], s["z"]) for s in state]
         hidden_steps = [[] for _ in self.layers]
         boundary_steps = []
@@ -191,8 +220,9 @@ class HMLSTM(mf.nn.Module):
             for l, layer in enumerate(self.layers):
                 c, h, z = states[l]
                 h_above = states[l + 1][1] if l + 1 < len(self.layers) else None
-                bottom_up = bottom_up0 if l == 0 else layer.bottom_up(h_below)
-                c, h, z = layer.step(c, h, z, h_above, bottom_up, z_below, self.slope, cell, self.mode)
+                below = bottom_up0 if l == 0 else h_below
+                c, h, z = layer.step(c, h, z, h_above, below, z_below, self.slope, cell, self.mode,
+                                     bottom=l == 0, stacked=stacked[l])
                 new_states.append((c, h, z))
                 hidden_steps[l].append(h)
                 h_below, z_below = h, z

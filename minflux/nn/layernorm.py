@@ -1,18 +1,10 @@
 """LayerNorm: normalise the last axis to zero mean and unit variance, then scale and shift."""
 from __future__ import annotations
 
-from ..ops import mean
-from ..pointwise.functions import elementwise
-from ..pointwise.primitives import sqrt
+from ..ops.normalisation import layer_norm
 
 from . import init as initialisers
 from .module import Module
-
-
-@elementwise
-def normalise_affine(centred, var, eps, scale, shift):
-    """``centred / sqrt(var + eps) * scale + shift`` for one element."""
-    return centred / sqrt(var + eps) * scale + shift
 
 
 class LayerNorm(Module):
@@ -35,11 +27,7 @@ class LayerNorm(Module):
         self.dim = dim
 
     def __call__(self, x):
-        centred = x - mean(x, axis=-1, keepdims=True)
-        var = mean(centred * centred, axis=-1, keepdims=True)
-        if self.scale is None:
-            return normalise_affine(centred, var, self.eps, 1.0, 0.0)
-        return normalise_affine(centred, var, self.eps, self.scale, self.shift)
+        return layer_norm(x, self.scale, self.shift, self.eps)
 
     def _repr_head(self) -> str:
         extra = "" if self.scale is not None else ", affine=False"

@@ -16,6 +16,7 @@ from .indexing import getitem, take, take_along_axis
 from .linalg import matmul
 from .losses import (binary_cross_entropy_with_logits, cross_entropy, kl_divergence, log_softmax, mse,
                      nll, softmax)
+from .normalisation import layer_norm
 from .norms import norm
 from .rearrange import flatten, flip, moveaxis, pad, repeat, roll, tile
 from .reductions import logsumexp, max, mean, min, sum
@@ -27,6 +28,6 @@ __all__ = ["astype", "broadcast_to", "concatenate", "cross_entropy", "expand_dim
            "logsumexp", "matmul", "max", "mean", "min", "reshape", "softmax", "split", "squeeze",
            "stack", "sum", "swapaxes", "take", "transpose", "unstack"]
 __all__ += ["all", "any", "arange", "argmax", "argmin", "binary_cross_entropy_with_logits", "cumsum", "dot", "einsum", "flatten", "flip", "full", "full_like", "isfinite", "isnan",
-            "kl_divergence", "moveaxis", "mse", "nll", "norm", "one_hot", "ones", "ones_like", "outer",
+            "kl_divergence", "layer_norm", "moveaxis", "mse", "nll", "norm", "one_hot", "ones", "ones_like", "outer",
             "pad", "prod", "repeat", "roll", "round", "std", "take_along_axis", "tensordot", "tile",
             "var", "zeros", "zeros_like"]

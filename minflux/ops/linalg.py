@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..autograd import record
 from ..backend import get_array_module
 from ..broadcasting import sum_to
+from ..product_gradient import ProductGradient
 from ._common import shape_of, value_of
 
 
@@ -38,7 +39,9 @@ def matmul(a, b):
         if needs[0]:
             ga = sum_to(xp.matmul(g, xp.swapaxes(b2, -1, -2)), a2.shape).reshape(sa)
         if needs[1]:
-            if b2.ndim == 2 and a2.ndim > 2:  # rows times one matrix: one GEMM, no batch to sum
+            if b2.ndim == 2 and a2.ndim == 2 and bv.ndim == 2:  # kept as factors: see ProductGradient
+                gb = ProductGradient(a2, g)
+            elif b2.ndim == 2 and a2.ndim > 2:  # rows times one matrix: one GEMM, no batch to sum
                 gb = xp.matmul(a2.reshape(-1, a2.shape[-1]).T, g.reshape(-1, g.shape[-1])).reshape(sb)
             else:
                 gb = sum_to(xp.matmul(xp.swapaxes(a2, -1, -2), g), b2.shape).reshape(sb)

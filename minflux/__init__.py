@@ -19,10 +19,11 @@ from .dlpack import from_dlpack
 from .io import load, save
 from .ops import (all, any, arange, astype, argmax, argmin, binary_cross_entropy_with_logits, broadcast_to,
                   concatenate, cross_entropy, cumsum, dot, einsum, expand_dims, flatten, flip, full,
-                  full_like, getitem, isfinite, isnan, kl_divergence, layer_norm, log_softmax, logsumexp,
-                  matmul, max, mean, min, moveaxis, mse, nll, norm, one_hot, ones, ones_like, outer, pad, prod, repeat,
-                  reshape, roll, round, softmax, split, squeeze, stack, std, sum, swapaxes, take,
-                  take_along_axis, tensordot, tile, transpose, unstack, var, zeros, zeros_like)
+                  full_like, getitem, index_set, isfinite, isnan, kl_divergence, layer_norm, log_softmax,
+                  logsumexp, matmul, max, mean, min, moveaxis, mse, nll, norm, one_hot, ones, ones_like,
+                  outer, pad, prod, repeat, reshape, roll, round, softmax, split, squeeze, stack, std, sum,
+                  swapaxes, take, take_along_axis, tensordot, tile, transpose, unstack, var, zeros,
+                  zeros_like)
 from .broadcasting import sum_to
 from .pointwise.activations import elu, gelu, leaky_relu, log_sigmoid, logaddexp, rsqrt, silu, square
 from .pointwise.functions import broadcast, elementwise, scalar_rule
@@ -48,7 +49,7 @@ __all__ = [
     "full", "full_like", "fusion", "fusion_stats", "gelu", "get_array_module",
     "get_elementwise_backend", "get_max_loop_iterations", "get_num_threads", "getitem", "gpu_available",
     "gradient", "greater", "greater_equal", "HostTransferError", "hypot", "is_array", "isfinite",
-    "isnan", "kl_divergence", "layer_norm", "leaky_relu", "less", "less_equal", "load", "log", "log10", "log1p",
+    "index_set", "isnan", "kl_divergence", "layer_norm", "leaky_relu", "less", "less_equal", "load", "log", "log10", "log1p",
     "log2", "log_sigmoid", "log_softmax", "logaddexp", "logical_and", "logical_not", "logical_or",
     "logsumexp", "LoopLimitError", "matmul", "max", "maximum", "mean", "min", "minimum", "mod",
     "moveaxis", "mse", "multiply", "negative", "nll", "nn", "no_grad", "no_host_transfers", "norm",

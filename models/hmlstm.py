@@ -21,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 import minflux as mf
+from minflux.tensor import unwrap
 
 from .boundaries import MIN_LAYERS
 from .cells import boundary, hm_update, hm_update_blend
@@ -64,6 +65,24 @@ def replicated_init(rng: np.random.Generator, rows: int, hidden: int, boundary_c
     return np.concatenate([gates, mf.nn.init.glorot_uniform(rng, rows, 1, dtype=dtype)], axis=1)
 
 
+COPY_SKIP_FRACTION = 0.2
+"""The fraction of a batch's rows that must COPY before their gate products are skipped."""
+
+
+def copy_rows(z, z_below):
+    """The ``(B,)`` mask of rows that COPY (``z = 0`` and ``z_below = 0``) when they are at least
+    `COPY_SKIP_FRACTION` of the batch and the arrays are numpy ones, else None (compute every row).
+
+    >>> copy_rows(np.array([[0.0], [1.0], [0.0]]), np.array([[0.0], [0.0], [1.0]]))
+    array([ True, False, False])
+    """
+    z, z_below = unwrap(z), unwrap(z_below)
+    if not isinstance(z, np.ndarray) or not isinstance(z_below, np.ndarray):
+        return None  # on a GPU, counting the rows would wait for the device at every step
+    copying = ((z == 0) & (z_below == 0)).reshape(-1)
+    return copying if copying.sum() >= COPY_SKIP_FRACTION * copying.shape[0] else None
+
+
 class HMLSTMLayer(mf.nn.Module):
     """One HM-LSTM layer's weights: recurrent ``U``, top-down ``U_top``, bottom-up ``W`` and bias ``b``.
 
@@ -101,11 +120,14 @@ class HMLSTMLayer(mf.nn.Module):
 
     def stacked_weights(self, bottom: bool):
         """``[U; U_top; W; b]`` as one matrix (without ``W`` and ``b`` for the ``bottom`` layer, whose
-        bottom-up term is computed for the whole segment at once), for `step`'s single product."""
+        bottom-up term is computed for the whole segment at once), for `step`'s single product, and
+        its gate and boundary columns (for the steps that skip COPY rows), made once per segment."""
         blocks = [self.U] + ([self.U_top] if self.U_top is not None else [])
         if not bottom:
             blocks += [self.W, mf.reshape(self.b, (1, -1))]
-        return mf.concatenate(blocks, axis=0)
+        stacked = mf.concatenate(blocks, axis=0)
+        gate_columns = 4 * self.hidden
+        return stacked, stacked[:, :gate_columns], stacked[:, gate_columns:]
 
     def step(self, c, h, z, h_above, below, z_below, slope: float, cell, mode: str, *, bottom: bool,
              stacked=None):
@@ -122,18 +144,37 @@ class HMLSTMLayer(mf.nn.Module):
                                                z_below)
         else:
             inputs = [h] + ([z * h_above] if self.U_top is not None else [])
+            stacked, gate_weights, boundary_weights = stacked
             if bottom:
                 s = mf.concatenate(inputs, axis=-1) @ stacked + below
             else:
                 ones = mf.get_array_module(self.b).ones((h.shape[0], 1), dtype=self.b.dtype)
-                s = mf.concatenate(inputs + [z_below * below, ones], axis=-1) @ stacked
+                x = mf.concatenate(inputs + [z_below * below, ones], axis=-1)
+                copying = copy_rows(z, z_below) if cell is hm_update else None
+                if copying is not None:
+                    f, i, o, g, s_z = self._skipping_copies(x, gate_weights, boundary_weights, copying)
+                    return self._update(cell, mode, slope, c, h, z, z_below, f, i, o, g, s_z)
+                s = x @ stacked
         H = self.hidden
         if self.has_boundary:
             f, i, o, g, s_z = mf.split(s, [H, 2 * H, 3 * H, 4 * H], axis=-1)
         else:
-            f, i, o, g = mf.split(s, 4, axis=-1)
+            (f, i, o, g), s_z = mf.split(s, 4, axis=-1), None
+        return self._update(cell, mode, slope, c, h, z, z_below, f, i, o, g, s_z)
+
+    def _skipping_copies(self, x, gate_weights, boundary_weights, copying):
+        """The gates and boundary pre-activation when many rows COPY: the gate columns are formed only
+        for the other rows (COPY rows get zeros, which the branch-form cell never reads and whose
+        gradient it makes zero), the boundary column for every row."""
+        active = np.flatnonzero(~copying)
+        gates = x[active] @ gate_weights
+        gates = mf.index_set(np.zeros((copying.shape[0], gates.shape[1]), gates.dtype), active, gates)
+        s_z = x @ boundary_weights if self.has_boundary else None
+        return (*mf.split(gates, 4, axis=-1), s_z)
+
+    def _update(self, cell, mode, slope, c, h, z, z_below, f, i, o, g, s_z):
         c_new, h_new = mf.broadcast(cell, z, z_below, c, h, f, i, o, g, mode=mode)
-        z_new = mf.broadcast(boundary, s_z, slope, mode=mode) if self.has_boundary else z
+        z_new = mf.broadcast(boundary, s_z, slope, mode=mode) if s_z is not None else z
         return c_new, h_new, z_new
 
     def _normalised_preactivation(self, h, z, h_above, bottom_up, z_below):
@@ -227,7 +268,7 @@ class HMLSTM(mf.nn.Module):
                 hidden_steps[l].append(h)
                 h_below, z_below = h, z
             states = new_states
-            boundary_steps.append([getattr(z, "value", z) for _, _, z in states[:-1]])
+            boundary_steps.append([unwrap(z) for _, _, z in states[:-1]])
         logits = self.output([mf.stack(hs, axis=1) for hs in hidden_steps])
         new_state = [{"c": c, "h": h, "z": z} for c, h, z in states]
         xp = mf.get_array_module(self.embed.W)

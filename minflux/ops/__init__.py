@@ -12,7 +12,7 @@ from .constructors import arange, full, full_like, one_hot, ones, ones_like, zer
 from .contractions import dot, einsum, outer, tensordot
 from .discrete import all, any, isfinite, isnan, round
 from .casting import astype
-from .indexing import getitem, take, take_along_axis
+from .indexing import getitem, index_set, take, take_along_axis
 from .linalg import matmul
 from .losses import (binary_cross_entropy_with_logits, cross_entropy, kl_divergence, log_softmax, mse,
                      nll, softmax)
@@ -27,7 +27,7 @@ from .statistics import argmax, argmin, cumsum, prod, std, var
 __all__ = ["astype", "broadcast_to", "concatenate", "cross_entropy", "expand_dims", "getitem", "log_softmax",
            "logsumexp", "matmul", "max", "mean", "min", "reshape", "softmax", "split", "squeeze",
            "stack", "sum", "swapaxes", "take", "transpose", "unstack"]
-__all__ += ["all", "any", "arange", "argmax", "argmin", "binary_cross_entropy_with_logits", "cumsum", "dot", "einsum", "flatten", "flip", "full", "full_like", "isfinite", "isnan",
+__all__ += ["all", "any", "arange", "argmax", "argmin", "binary_cross_entropy_with_logits", "cumsum", "dot", "einsum", "flatten", "flip", "full", "full_like", "index_set", "isfinite", "isnan",
             "kl_divergence", "layer_norm", "moveaxis", "mse", "nll", "norm", "one_hot", "ones", "ones_like", "outer",
             "pad", "prod", "repeat", "roll", "round", "std", "take_along_axis", "tensordot", "tile",
             "var", "zeros", "zeros_like"]

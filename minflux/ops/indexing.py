@@ -1,9 +1,11 @@
-"""Indexing: ``x[index]`` and ``take`` (the embedding gather). Their VJPs return an `IndexedGrad`,
-so many lookups into one array accumulate into one gradient buffer; repeated indices scatter-add."""
+"""Indexing: ``x[index]`` and ``take`` (the embedding gather), whose VJPs return an `IndexedGrad` so
+that many lookups into one array accumulate into one gradient buffer (repeated indices scatter-add),
+and ``index_set``, the functional assignment."""
 from __future__ import annotations
 
 from ..autograd import IndexedGrad, record
 from ..backend import get_array_module, is_array
+from ..broadcasting import sum_to
 from ..tensor import Tensor
 from ._common import normalise_axis, value_of
 from .shapes import reshape
@@ -121,3 +123,45 @@ def take_along_axis(x, indices, axis: int | None):
     dtype = v.dtype
     return record("take_along_axis", out, [x],
                   lambda g, needs: [IndexedGrad(shape, dtype, index, g, False)])
+
+
+def index_set(x, index, values):
+    """A copy of ``x`` with ``x[index] = values`` (JAX's ``x.at[index].set(values)``): ``x`` gets the
+    gradient outside ``index``, ``values`` the gradient inside it. ``index`` is a basic index, a
+    boolean mask or one integer array without repeats (a repeated position would make the result
+    depend on the order of the writes).
+
+    >>> import minflux as mf, numpy as np
+    >>> mf.index_set(np.zeros((3, 2)), np.array([2, 0]), np.array([[1.0, 1.0], [2.0, 2.0]]))
+    array([[2., 2.],
+           [0., 0.],
+           [1., 1.]])
+    >>> mf.gradient(lambda v: mf.sum(mf.index_set(np.zeros(3), 1, v) * np.arange(3.0)), np.array(5.0))
+    (array(1.),)
+    """
+    v, values_v = value_of(x), value_of(values)
+    xp = get_array_module(v, values_v, op="mf.index_set")
+    index = _plain_index(index, xp)
+    if not _selects_once(index):
+        if isinstance(index, tuple) or index.ndim != 1 or xp.unique(index).size != index.size:
+            raise ValueError("mf.index_set: an integer index must be one 1-D array without repeated "
+                             "positions; for repeated positions that add up, use mf.take's gradient "
+                             "or build the sum explicitly")
+    out = v.astype(xp.result_type(v, values_v), copy=True)
+    try:
+        out[index] = values_v
+    except (IndexError, ValueError) as e:
+        raise type(e)(f"mf.index_set: {e} (array of shape {tuple(v.shape)}, values of shape "
+                      f"{tuple(xp.shape(values_v))})") from e
+    values_shape = tuple(xp.shape(values_v))
+
+    def vjp(g, needs):
+        g_x = g_values = None
+        if needs[0]:
+            g_x = g.copy()
+            g_x[index] = 0
+        if needs[1]:
+            g_values = sum_to(g[index], values_shape)
+        return [g_x, g_values]
+
+    return record("index_set", out, [x, values], vjp)

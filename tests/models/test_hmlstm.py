@@ -123,6 +123,38 @@ def test_gradients_against_finite_differences(cell_form, monkeypatch):
     check_grad(lambda m: lm_loss(m, state)[0], model, max_elements=6)
 
 
+def test_skipping_copy_rows_gives_the_dense_loss_gradients_and_state(monkeypatch):
+    """Rows that COPY get no gate products (branch form); loss, every gradient, the new state and the
+    boundaries equal the dense computation's, and the skipping path ran in the middle and top layers."""
+    import models.hmlstm as hmlstm
+
+    model = small_hmlstm(hidden_sizes=(4, 3, 3), cell_form="branch", slope=1.0)
+    tokens = np.random.default_rng(5).integers(0, 7, size=(8, 6))
+    state = model.initial_state(8)
+    skipped_rows = []
+    skipping = hmlstm.HMLSTMLayer._skipping_copies
+
+    def counting(layer, x, gate_weights, boundary_weights, copying):
+        skipped_rows.append((layer.has_boundary, int(copying.sum())))
+        return skipping(layer, x, gate_weights, boundary_weights, copying)
+
+    monkeypatch.setattr(hmlstm.HMLSTMLayer, "_skipping_copies", counting)
+    results = {}
+    for name, fraction in [("dense", 2.0), ("skipping", 0.0)]:
+        monkeypatch.setattr(hmlstm, "COPY_SKIP_FRACTION", fraction)
+        value, (grads,) = mf.withgradient(lambda m: lm_loss(m, state, tokens, np.roll(tokens, -1, 1)), model)
+        results[name] = (*value, grads)
+    assert {has_boundary for has_boundary, rows in skipped_rows if rows} == {True, False}
+    (loss0, state0, z0, g0), (loss1, state1, z1, g1) = results["dense"], results["skipping"]
+    np.testing.assert_allclose(loss1, loss0, rtol=1e-13)
+    np.testing.assert_array_equal(z1, z0)
+    for a, b in zip(state1, state0):
+        for key in a:
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-13, atol=1e-15)
+    for (name, a), (_, b) in zip(mf.tree.named_leaves(g1), mf.tree.named_leaves(g0)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15, err_msg=name)
+
+
 def test_layer_norm_gradients_against_finite_differences():
     model = small_hmlstm(cell_form="blend", slope=1e3, layer_norm=True)
     state = model.initial_state(2)

@@ -100,3 +100,26 @@ def test_take_errors():
         mf.take(np.ones((3, 2)), np.array([5]), axis=0)
     with pytest.raises(IndexError, match=r"shape \(3,\)"):
         mf.getitem(np.ones(3), 7)
+
+
+@pytest.mark.parametrize("index", [np.array([3, 0]), slice(1, 3), np.array([True, False, True, False])],
+                         ids=["integers", "slice", "mask"])
+def test_index_set_values_and_gradients(index, rng):
+    x, weights = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    values = rng.standard_normal(np.zeros((4, 3))[index].shape)
+    expected = x.copy()
+    expected[index] = values
+    np.testing.assert_array_equal(mf.index_set(x, index, values), expected)
+    check_grad(lambda x, v: mf.sum(mf.index_set(x, index, v) * weights), x, values)
+    g_x, g_values = mf.gradient(lambda x, v: mf.sum(mf.index_set(x, index, v) * weights), x, values)
+    outside = np.ones((4, 3), bool)
+    outside[index] = False
+    np.testing.assert_array_equal(g_x, np.where(outside, weights, 0.0))
+    np.testing.assert_array_equal(g_values, weights[index])
+
+
+def test_index_set_broadcasts_values_and_refuses_repeated_positions():
+    g, = mf.gradient(lambda v: mf.sum(mf.index_set(np.zeros((3, 2)), np.array([0, 2]), v)), np.ones(2))
+    np.testing.assert_array_equal(g, [2.0, 2.0])
+    with pytest.raises(ValueError, match="without repeated positions"):
+        mf.index_set(np.zeros(3), np.array([1, 1]), np.ones(2))

@@ -2,14 +2,18 @@
 
 Composed from means and elementwise ops, a layer norm records five nodes and its backward pass makes
 a dozen passes over the activations; as one op it stores only the normalised values and the
-reciprocal deviations, and its backward pass is the closed form
+reciprocal deviations (on the CPU its passes are compiled row kernels, `layer_norm_rows`), and its
+backward pass is the closed form
 ``dx = r (dxhat - mean(dxhat) - xhat mean(dxhat xhat))`` with ``dxhat = g scale``.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..autograd import record
 from ..backend import get_array_module
 from ..broadcasting import sum_to
+from . import layer_norm_rows
 from ._common import value_of
 
 
@@ -31,22 +35,55 @@ def layer_norm(x, scale=None, shift=None, eps: float = 1e-5):
         raise ValueError("mf.layer_norm: needs an array with at least one axis to normalise over")
     sv = None if scale is None else value_of(scale)
     bv = None if shift is None else value_of(shift)
-    centred = v - v.mean(axis=-1, keepdims=True)
-    reciprocal = 1.0 / xp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
-    normalised = centred * reciprocal
-    out = normalised if sv is None else normalised * sv
-    if bv is not None:
-        out = out + bv
+    if _compiled_rows(v, sv, bv):
+        out, normalised, reciprocal = _forward_rows(v, sv, bv, eps)
+    else:
+        centred = v - v.mean(axis=-1, keepdims=True)
+        reciprocal = 1.0 / xp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
+        normalised = centred * reciprocal
+        out = normalised if sv is None else normalised * sv
+        if bv is not None:
+            out = out + bv
 
     def vjp(g, needs):
-        g_normalised = g if sv is None else g * sv
-        g_x = None
-        if needs[0]:
+        if _compiled_rows(v, sv, bv) and type(g) is np.ndarray and g.dtype == v.dtype:
+            g_x, g_scale, g_shift = _backward_rows(g, normalised, reciprocal, sv)
+        else:
+            g_normalised = g if sv is None else g * sv
             mean_g = g_normalised.mean(axis=-1, keepdims=True)
             mean_gn = (g_normalised * normalised).mean(axis=-1, keepdims=True)
             g_x = reciprocal * (g_normalised - mean_g - normalised * mean_gn)
-        g_scale = sum_to(g * normalised, sv.shape) if sv is not None and needs[1] else None
-        g_shift = sum_to(g, bv.shape) if bv is not None and needs[2] else None
-        return [g_x, g_scale, g_shift]
+            g_scale = None if sv is None else sum_to(g * normalised, sv.shape)
+            g_shift = None if bv is None else sum_to(g, bv.shape)
+        return [g_x if needs[0] else None, g_scale if needs[1] else None,
+                g_shift if needs[2] and bv is not None else None]
 
     return record("layer_norm", out, [x, scale, shift], vjp)
+
+
+def _compiled_rows(v, sv, bv) -> bool:
+    """True when the row kernels apply: numpy arrays of one float dtype, parameters of shape ``(C,)``."""
+    params = [p for p in (sv, bv) if p is not None]
+    return layer_norm_rows.usable(v, *params) and all(p.shape == v.shape[-1:] for p in params)
+
+
+def _forward_rows(v, sv, bv, eps):
+    columns = v.shape[-1]
+    x = np.ascontiguousarray(v).reshape(-1, columns)
+    scale = np.ones(columns, v.dtype) if sv is None else np.ascontiguousarray(sv)
+    shift = np.zeros(columns, v.dtype) if bv is None else np.ascontiguousarray(bv)
+    out, normalised = np.empty_like(x), np.empty_like(x)
+    reciprocal = np.empty(x.shape[0], v.dtype)
+    layer_norm_rows.kernels()[0](x, scale, shift, float(eps), out, normalised, reciprocal)
+    return out.reshape(v.shape), normalised, reciprocal
+
+
+def _backward_rows(g, normalised, reciprocal, sv):
+    shape, columns = g.shape, normalised.shape[1]
+    g = np.ascontiguousarray(g).reshape(-1, columns)
+    scale = np.ones(columns, g.dtype) if sv is None else np.ascontiguousarray(sv)
+    g_x = np.empty_like(g)
+    g_scale, g_shift = np.zeros(columns), np.zeros(columns)
+    layer_norm_rows.kernels()[1](g, normalised, reciprocal, scale, g_x, g_scale, g_shift)
+    g_scale = None if sv is None else g_scale.astype(sv.dtype)
+    return g_x.reshape(shape), g_scale, g_shift.astype(g.dtype)

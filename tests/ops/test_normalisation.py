@@ -50,3 +50,28 @@ def test_float32_stays_float32(rng):
 def test_a_number_has_no_axis_to_normalise():
     with pytest.raises(ValueError, match="at least one axis"):
         mf.layer_norm(np.float64(2.0))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_row_kernels_agree_with_the_array_formula(dtype, rng):
+    """Parameters of shape (C,) take the compiled row kernels, (1, C) the array formula."""
+    from minflux.ops import normalisation
+
+    x, g = rng.standard_normal((2, 6, 5)).astype(dtype), rng.standard_normal((2, 6, 5)).astype(dtype)
+    scale, shift = rng.standard_normal(5).astype(dtype), rng.standard_normal(5).astype(dtype)
+    assert normalisation._compiled_rows(x, scale, shift)
+    assert not normalisation._compiled_rows(x, scale[None], shift[None])
+    results = []
+    for s, b in [(scale, shift), (scale[None], shift[None])]:
+        out = mf.layer_norm(x, s, b)
+        grads = mf.gradient(lambda x, s, b: mf.sum(mf.layer_norm(x, s, b) * g), x, s, b)
+        results.append([out, grads[0], grads[1].reshape(5), grads[2].reshape(5)])
+    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    for kernel, formula in zip(*results):
+        assert kernel.dtype == dtype
+        np.testing.assert_allclose(kernel, formula, rtol=tolerance, atol=tolerance)
+
+
+def test_infinities_propagate_through_the_row_kernels():
+    out = mf.layer_norm(np.array([[1.0, np.inf, 2.0]]), np.ones(3), np.zeros(3))
+    assert np.isnan(out).all()

@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import minflux as mf  # noqa: E402
 from _common import markdown_table, write_results  # noqa: E402
 from models import HMLSTM  # noqa: E402
+from models.boundaries import operations  # noqa: E402
 
 SIZES = {
     "small": dict(hidden=128, layers=2, embed=128, batch=32, length=50),
@@ -65,13 +66,16 @@ def minflux_step(size, layer_norm, mode):
     state = model.initial_state(size["batch"])
 
     def loss_fn(m):
-        logits, new_state, _ = m(x, state)
-        return mf.cross_entropy(mf.reshape(logits, (-1, VOCAB)), y.reshape(-1)), new_state
+        logits, _, boundaries = m(x, state)
+        return mf.cross_entropy(mf.reshape(logits, (-1, VOCAB)), y.reshape(-1)), boundaries
 
     def step():
-        _, (grads,) = mf.withgradient(loss_fn, model)
+        (_, boundaries), (grads,) = mf.withgradient(loss_fn, model)
         mf.optim.update(opt, model, grads)
+        copying = operations(boundaries)[..., 1:] == 0    # the layers above the first (zero initial z)
+        step.copy_fractions.append(float(copying.mean()))
 
+    step.copy_fractions = []
     return step
 
 
@@ -150,8 +154,42 @@ def measure(builder, size, layer_norm, repeats):
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
-    return {"first_step_s": first, "seconds": statistics.median(times), "times": times,
-            "peak_bytes": peak_step_bytes(step)}
+    result = {"first_step_s": first, "seconds": statistics.median(times), "times": times,
+              "peak_bytes": peak_step_bytes(step)}
+    if hasattr(step, "copy_fractions"):
+        result["copy_fraction"] = statistics.mean(step.copy_fractions[1:1 + repeats])
+    return result
+
+
+def matmul_rates(size) -> dict:
+    """Single-threaded GFLOP/s of one step's product shape, ``(B, 3H) @ (3H, 4H)``, per library."""
+    shape = (size["batch"], 3 * size["hidden"], 4 * size["hidden"])
+    a = np.random.default_rng(0).random(shape[:2], dtype=np.float32)
+    b = np.random.default_rng(1).random(shape[1:], dtype=np.float32)
+    products = {"numpy": lambda: a @ b}
+    try:
+        import torch
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        products["torch"] = lambda: ta @ tb
+    except ImportError:
+        pass
+    try:
+        import jax
+        ja, jb = jax.numpy.asarray(a), jax.numpy.asarray(b)
+        jitted = jax.jit(lambda a, b: a @ b)
+        products["jax"] = lambda: jitted(ja, jb).block_until_ready()
+    except ImportError:
+        pass
+    rates = {}
+    for name, product in products.items():
+        product()
+        times = []
+        for _ in range(20):
+            start = time.perf_counter()
+            product()
+            times.append(time.perf_counter() - start)
+        rates[name] = 2 * np.prod(shape) / statistics.median(times) / 1e9
+    return {"shape": shape, "gflops": rates}
 
 
 def settings() -> str:
@@ -204,15 +242,23 @@ def main(argv=None) -> int:
                 vs = [f"{r['tokens_per_s'] / entry[p]['tokens_per_s']:.2f}x" if p in entry else "n/a"
                       for p in ("torch", "jax")]
                 peak = "n/a" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.0f} MiB"
+                copying = f"{r['copy_fraction']:.0%}" if "copy_fraction" in r else ""
                 rows.append([name, "on" if layer_norm else "off", LABELS[impl], f"{r['seconds'] * 1e3:.0f}",
-                             f"{r['tokens_per_s']:.0f}", *vs, f"{r['first_step_s']:.1f}", peak])
+                             f"{r['tokens_per_s']:.0f}", *vs, f"{r['first_step_s']:.1f}", peak, copying])
     load_after = os.getloadavg()
+    rates = {name: matmul_rates(SIZES[name]) for name in args.sizes.split(",")}
+    results["matmul_rates"] = rates
     results["settings"] = settings()
     results["load_average_1min"] = [load_before[0], load_after[0]]
     table = markdown_table(["size", "layer norm", "implementation", "ms / step", "tokens / s", "vs PyTorch",
-                            "vs JAX", "first step (s)", "step peak memory"], rows)
+                            "vs JAX", "first step (s)", "step peak memory", "COPY rows (upper layers)"], rows)
     table += (f"\nMedian of {args.repeats} steps after the first; {settings()}. Load average (1 min) "
-              f"{load_before[0]:.1f} before and {load_after[0]:.1f} after, on 2 cores shared with other work.\n")
+              f"{load_before[0]:.1f} before and {load_after[0]:.1f} after, on 2 cores shared with other work. "
+              "minflux skips the gate products of the rows that COPY (their share is the last column; "
+              "the peers compute every row). One step's matrix product, single-threaded, in GFLOP/s: "
+              + "; ".join(f"{name} {r['shape'][0]}x{r['shape'][1]} @ {r['shape'][1]}x{r['shape'][2]}: "
+                          + ", ".join(f"{lib} {rate:.0f}" for lib, rate in r["gflops"].items())
+                          for name, r in rates.items()) + ".\n")
     write_results("hmlstm_step", results, table)
     return 0
 

@@ -140,27 +140,27 @@ class HMLSTMLayer(mf.nn.Module):
         row by ``z`` before the product equals gating the product's row, in value and in gradient.
         """
         if self.norms:
-            s = self._normalised_preactivation(h, z, h_above, below if bottom else self.bottom_up(below),
-                                               z_below)
+            below = below if bottom else self.bottom_up(below)
+            parts = self._split(self._normalised_preactivation(h, z, h_above, below, z_below))
         else:
-            inputs = [h] + ([z * h_above] if self.U_top is not None else [])
             stacked, gate_weights, boundary_weights = stacked
+            inputs = [h] + ([z * h_above] if self.U_top is not None else [])
             if bottom:
-                s = mf.concatenate(inputs, axis=-1) @ stacked + below
+                parts = self._split(mf.concatenate(inputs, axis=-1) @ stacked + below)
             else:
                 ones = mf.get_array_module(self.b).ones((h.shape[0], 1), dtype=self.b.dtype)
                 x = mf.concatenate(inputs + [z_below * below, ones], axis=-1)
                 copying = copy_rows(z, z_below) if cell is hm_update else None
-                if copying is not None:
-                    f, i, o, g, s_z = self._skipping_copies(x, gate_weights, boundary_weights, copying)
-                    return self._update(cell, mode, slope, c, h, z, z_below, f, i, o, g, s_z)
-                s = x @ stacked
+                parts = self._split(x @ stacked) if copying is None else \
+                    self._skipping_copies(x, gate_weights, boundary_weights, copying)
+        return self._update(cell, mode, slope, c, h, z, z_below, *parts)
+
+    def _split(self, s):
+        """The gates ``f, i, o, g`` and the boundary pre-activation (None without a detector)."""
         H = self.hidden
         if self.has_boundary:
-            f, i, o, g, s_z = mf.split(s, [H, 2 * H, 3 * H, 4 * H], axis=-1)
-        else:
-            (f, i, o, g), s_z = mf.split(s, 4, axis=-1), None
-        return self._update(cell, mode, slope, c, h, z, z_below, f, i, o, g, s_z)
+            return mf.split(s, [H, 2 * H, 3 * H, 4 * H], axis=-1)
+        return (*mf.split(s, 4, axis=-1), None)
 
     def _skipping_copies(self, x, gate_weights, boundary_weights, copying):
         """The gates and boundary pre-activation when many rows COPY: the gate columns are formed only

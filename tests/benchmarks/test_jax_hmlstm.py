@@ -50,6 +50,7 @@ def test_loss_and_gradients_match_the_model(x64, layer_norm, cell_form):
             np.testing.assert_allclose(np.asarray(t), ours[k], rtol=1e-10, atol=1e-12, err_msg=k)
 
 
+@pytest.mark.slow
 def test_jitted_step_lowers_the_loss(x64):
     import jax_hmlstm
 

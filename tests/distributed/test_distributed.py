@@ -132,6 +132,7 @@ def test_device_arrays_are_reduced_through_nccl_with_the_id_from_mpi(tmp_path):
         np.testing.assert_array_equal(got["broadcast"], np.zeros(3, np.float32))
 
 
+@pytest.mark.slow
 def test_a_rank_that_stops_answering_ends_the_job_with_a_message(tmp_path):
     # 5 s: long enough that start-up collectives of a slow (loaded) rank finish in time, far below the sleep
     done = launch(2, CHECKS, "watchdog", tmp_path / "w.pkl", env={"CHECK_TIMEOUT": "5"}, timeout=90)

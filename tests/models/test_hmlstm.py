@@ -220,6 +220,7 @@ def test_annealing_schedule():
     assert [annealed_slope(e) for e in (0, 25, 100, 1000)] == [1.0, 2.0, 5.0, 5.0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["hmlstm", "lstm"])
 def test_models_overfit_a_repeated_string(kind):
     rng = np.random.default_rng(0)

@@ -36,6 +36,7 @@ def final_parameters(config, path):
     return trainer, {n: np.array(a) for n, a in mf.tree.named_leaves(trainer.model, trainable_only=False)}
 
 
+@pytest.mark.slow
 def test_hmlstm_interrupted_and_resumed_equals_uninterrupted_then_tools_work(cfg, tmp_path, monkeypatch,
                                                                              capsys, short_corpus):
     config = load_config(cfg, TINY + short_corpus + ["model.kind=hmlstm"])

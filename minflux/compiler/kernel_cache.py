@@ -95,12 +95,13 @@ def cache_key(source: str) -> str:
     return "minflux_kernel_" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def prototype(n_pointers: int):
-    """The ctypes type of a kernel: five int64 (r0, r1, inner, total, rows) and the array pointers.
+def prototype(n_pointers: int, n_strides: int = 0):
+    """The ctypes type of a kernel: five int64 (r0, r1, inner, total, rows), ``n_strides`` int64 row
+    strides and the array pointers.
 
     ctypes releases the GIL while the kernel runs, so threads run kernels in parallel.
     """
-    return ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 5 + [ctypes.c_void_p] * n_pointers))
+    return ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * (5 + n_strides) + [ctypes.c_void_p] * n_pointers))
 
 
 def _get_engine():
@@ -148,7 +149,7 @@ def _process():
     return _process_handle
 
 
-def load(directory: Path, key: str, n_pointers: int):
+def load(directory: Path, key: str, n_pointers: int, n_strides: int = 0):
     """The kernel saved under ``key`` as a ctypes function, or None when it is absent or unusable."""
     meta_path, object_path = directory / f"{key}.json", directory / f"{key}.o"
     try:
@@ -175,7 +176,7 @@ def load(directory: Path, key: str, n_pointers: int):
         address = engine.get_function_address(meta["symbol"])
     if not address:
         return None
-    return prototype(n_pointers)(address)
+    return prototype(n_pointers, n_strides)(address)
 
 
 def save(directory: Path, key: str, cfunc) -> None:

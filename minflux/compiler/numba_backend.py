@@ -7,10 +7,11 @@ Each transformed function becomes a generated module with
   straight-line code with selects that LLVM vectorises; a function with ``while``/``for`` loops
   keeps real branches and loops. In float32 kernels exp, log, tanh, sigmoid, log1p, expm1 and
   softplus are the vectorisable implementations of `minflux.compiler.fastmath`.
-* ``kernel(r0, r1, inner, total, rows, inputs..., outputs...)``: a C-callable function (a numba
-  ``cfunc`` on raw pointers) looping over rows ``r0:r1`` of a ``(rows, inner)`` view of the
-  broadcast shape. Each input is passed in its smallest form: a full contiguous array (sliced per
-  row), a per-row vector (an ``(n, 1)`` control input is never materialised), a per-column vector,
+* ``kernel(r0, r1, inner, total, rows, row strides..., inputs..., outputs...)``: a C-callable
+  function (a numba ``cfunc`` on raw pointers) looping over rows ``r0:r1`` of a ``(rows, inner)``
+  view of the broadcast shape. Each input is passed in its smallest form: a full array whose rows
+  are contiguous, read in place one row stride apart (a column slice of a wider array needs no
+  copy; a transpose is copied), a per-row vector (an ``(n, 1)`` control input is never materialised), a per-column vector,
   or a single value. Outputs are preallocated contiguous arrays; one pass over memory writes every
   output and every partial. Calls through ctypes release the GIL, and large calls split their rows
   over a thread pool.
@@ -253,14 +254,16 @@ def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
     numba_type = {"f": float_type, "i": "int64", "b": "boolean"}
     pointers = [f"types.CPointer(types.{numba_type[fn.kinds[p]]})" for p in fn.params] + \
         [f"types.CPointer(types.{numba_type[k]})" for k in fn.output_kinds]
-    lines.append(f"_SIG = types.void({', '.join(['types.int64'] * 5 + pointers)})")
+    strided = [k for k, p in enumerate(patterns) if p == "F"]   # each full input has a row stride
+    lines.append(f"_SIG = types.void({', '.join(['types.int64'] * (5 + len(strided)) + pointers)})")
     lines.append("")
     lines.append("@cfunc(_SIG, error_model='numpy', boundscheck=False)")
     params = [f"_p{k}" for k in range(n_in)] + [f"_q{m}" for m in range(n_out)]
-    lines.append(f"def kernel(_r0, _r1, _inner, _total, _rows, {', '.join(params)}):")
-    length = {"F": "_total", "R": "_rows", "C": "_inner", "S": "1"}
+    ints = ["_r0", "_r1", "_inner", "_total", "_rows"] + [f"_s{k}" for k in strided]
+    lines.append(f"def kernel({', '.join(ints + params)}):")
     for k, p in enumerate(patterns):
-        lines.append(f"    _in{k} = carray(_p{k}, ({length[p]},))")
+        length = {"F": f"_rows * _s{k} + _inner", "R": "_rows", "C": "_inner", "S": "1"}[p]
+        lines.append(f"    _in{k} = carray(_p{k}, ({length},))")
     for m in range(n_out):
         lines.append(f"    _out{m} = carray(_q{m}, (_total,))")
     for k, p in enumerate(patterns):
@@ -271,7 +274,7 @@ def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
     lines.append("        _hi = min(_lo + _inner, _total)")
     for k, p in enumerate(patterns):
         if p == "F":
-            lines.append(f"        _a{k} = _in{k}[_lo:_hi]")
+            lines.append(f"        _a{k} = _in{k}[_r * _s{k}:_r * _s{k} + _hi - _lo]")
         elif p == "R":
             lines.append(f"        _a{k} = _in{k}[_r]")
     for m in range(n_out):
@@ -294,18 +297,24 @@ def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
 
 class Layout(NamedTuple):
     """How a kernel walks one call's arguments: a ``(rows, inner)`` view of the broadcast shape of
-    ``total`` elements, each input's pattern, and each input as the 1-d array the kernel reads."""
+    ``total`` elements, each input's pattern, each input as the array whose first element the kernel
+    reads from, and the row stride (in elements) of each full input."""
 
     rows: int
     inner: int
     total: int
     patterns: tuple
     flats: list
+    strides: tuple
 
 
 @lru_cache(maxsize=1024)
-def _plan(shapes: tuple, shape: tuple):
-    """The layout for argument ``shapes`` broadcast to ``shape`` (see `plan_layout`), memoised."""
+def _plan(shapes: tuple, shape: tuple, split: int | None = None):
+    """The layout for argument ``shapes`` broadcast to ``shape`` (see `plan_layout`), memoised.
+
+    ``split`` asks for rows over the first ``split`` dimensions of ``shape`` that are not 1 (a layout
+    whose inputs all cover the whole shape or nothing of it can take any split).
+    """
     total = math.prod(shape)
     d = len(shape)
     keep = [i for i in range(d) if shape[i] != 1]
@@ -319,7 +328,6 @@ def _plan(shapes: tuple, shape: tuple):
     def fits(mask, p):
         return len(set(mask[:p])) <= 1 and len(set(mask[p:])) <= 1
 
-    split = None
     if not all(len(set(m)) <= 1 for m in masks):
         split = next((p for p in range(r - 1, 0, -1) if all(fits(m, p) for m in masks)), r - 1)
     if split is None:
@@ -338,26 +346,84 @@ def _plan(shapes: tuple, shape: tuple):
         pattern = "F" if outer_full and inner_full else "R" if outer_full else "C" if inner_full else "S"
         patterns.append(pattern)
         materialise.append(pattern == "F" and tuple(s) != tuple(shape))
-    return rows, inner, total, tuple(patterns), tuple(materialise)
+    return rows, inner, total, tuple(patterns), tuple(materialise), split, r
 
 
-def plan_layout(arrays: list, shape: tuple):
-    """Choose the ``(rows, inner)`` view and each input's pattern and prepared 1-d array.
+def row_stride(a: np.ndarray, inner: int) -> int | None:
+    """The distance in elements between consecutive rows of ``a`` seen as ``(a.size // inner, inner)``
+    rows that are each contiguous, or None when ``a`` cannot be read that way without a copy
+    (its last ``inner`` elements are not contiguous, rows are not equally spaced, or run backwards).
+
+    >>> x = np.zeros((4, 10), np.float32)
+    >>> row_stride(x[:, :3], 3), row_stride(x.T, 4), row_stride(x[::2, 2:8], 6)
+    (10, None, 20)
+    """
+    item = a.itemsize
+    dims = [(n, st) for n, st in zip(a.shape, a.strides) if n != 1]
+    expected, covered = item, 1
+    while dims and covered < inner:          # the inner dimensions: contiguous, innermost first
+        n, st = dims.pop()
+        if st != expected:
+            return None
+        covered *= n
+        expected *= n
+    if covered != inner:
+        return None
+    if not dims:
+        return inner
+    count, step = dims.pop()                 # the row dimensions: every row one step further
+    for n, st in reversed(dims):
+        if st != step * count:
+            return None
+        count *= n
+    if step < 0 or step % item:
+        return None
+    return step // item
+
+
+def plan_layout(arrays: list, shape: tuple) -> Layout:
+    """Choose the ``(rows, inner)`` view, each input's pattern, the array it is read from and the row
+    stride of each full input.
+
+    A full input whose rows are contiguous but spaced apart (a column slice ``s[:, :k]`` of a wider
+    array, a row-broadcast view) is read in place through its row stride; only an input whose rows
+    are not contiguous (a transpose) is copied first.
 
     >>> import numpy as np
-    >>> rows, inner, total, patterns, _ = plan_layout([np.ones((3, 1)), np.ones((3, 4)), np.ones(())], (3, 4))
-    >>> rows, inner, total, patterns
-    (3, 4, 12, ('R', 'F', 'S'))
+    >>> layout = plan_layout([np.ones((3, 1)), np.ones((3, 4)), np.ones(())], (3, 4))
+    >>> layout.rows, layout.inner, layout.total, layout.patterns, layout.strides
+    (3, 4, 12, ('R', 'F', 'S'), (4,))
+    >>> plan_layout([np.ones((3, 10))[:, :4]], (3, 4)).strides    # read in place, 10 apart
+    (10,)
     """
-    rows, inner, total, patterns, materialise = _plan(tuple(a.shape for a in arrays), shape)
-    flats = []
+    shapes = tuple(a.shape for a in arrays)
+    rows, inner, total, patterns, materialise, split, r = _plan(shapes, shape)
+    strided = [a for a, p in zip(arrays, patterns) if p == "F" and not a.flags.c_contiguous]
+    if split is None and r > 1 and strided:
+        best = 0          # the split that reads the most strided inputs in place, widest rows first
+        for p in range(1, r):
+            candidate = _plan(shapes, shape, p)
+            readable = sum(row_stride(a, candidate[1]) is not None for a in strided)
+            if readable > best:
+                best, (rows, inner, total, patterns, materialise, split, r) = readable, candidate
+            if best == len(strided):
+                break
+    flats, strides = [], []
     for a, pattern, full in zip(arrays, patterns, materialise):
         if full:
             a = np.broadcast_to(a, shape)
-        if not a.flags.c_contiguous:
-            a = np.ascontiguousarray(a)
-        flats.append(a.reshape(-1))
-    return Layout(rows, inner, total, patterns, flats)
+        if pattern != "F":
+            flats.append(a if a.flags.c_contiguous else np.ascontiguousarray(a))
+            continue
+        if a.flags.c_contiguous:
+            stride = inner
+        else:
+            stride = row_stride(a, inner)
+            if stride is None:
+                a, stride = np.ascontiguousarray(a), inner
+        flats.append(a)
+        strides.append(stride)
+    return Layout(rows, inner, total, patterns, flats, tuple(strides))
 
 
 # -- compiling and caching ------------------------------------------------------------------------
@@ -528,21 +594,21 @@ def _compile(source: str, key: str, directory: Path):
     return module
 
 
-def load_kernel(source: str, n_pointers: int) -> Kernel:
+def load_kernel(source: str, n_pointers: int, n_strides: int = 0) -> Kernel:
     """The kernel of a generated module: from memory, from object code on disk, or compiled now."""
     key = kernel_cache.cache_key(f"{source}\n# llvm {' '.join(LLVM_OPTIONS)}")
     kernel = _loaded.get(key)
     if kernel is None:
         directory = kernel_directory()
         try:
-            call = kernel_cache.load(directory, key, n_pointers)
+            call = kernel_cache.load(directory, key, n_pointers, n_strides)
         except Exception:  # an unusable cache entry (another platform, a broken file): recompile
             call = None
         if call is not None:
             kernel = Kernel(key, call)
         else:
             module = _compile(source, key, directory)
-            kernel = Kernel(key, kernel_cache.prototype(n_pointers)(module.kernel.address), module)
+            kernel = Kernel(key, kernel_cache.prototype(n_pointers, n_strides)(module.kernel.address), module)
         _loaded[key] = kernel
     return kernel
 
@@ -551,15 +617,17 @@ def build_kernel(dual, float_dtype, patterns: tuple) -> Kernel:
     """The kernel of transformed function ``dual`` for one float type and input layout."""
     source = generate_source(dual.function, np.dtype(float_dtype).name, patterns)
     with _lock:
-        return load_kernel(source, len(dual.function.params) + dual.function.n_outputs)
+        return load_kernel(source, len(dual.function.params) + dual.function.n_outputs,
+                           patterns.count("F"))
 
 
 def launch(kernel: Kernel, dual, layout: Layout, float_dtype, shape: tuple) -> list:
     """Run ``kernel`` over ``layout``; one new array of ``shape`` per output of ``dual.function``."""
-    rows, inner, total, _, flats = layout
+    rows, inner, total, _, flats, strides = layout
     results = [np.empty(shape, kind_dtype(k, float_dtype)) for k in dual.function.output_kinds]
     if total:
-        args = (inner, total, rows, *[a.ctypes.data for a in flats], *[r.ctypes.data for r in results])
+        args = (inner, total, rows, *strides, *[a.ctypes.data for a in flats],
+                *[r.ctypes.data for r in results])
         n_threads = min(get_num_threads(), rows) if total >= PARALLEL_MIN_ELEMENTS else 1
         chunks = min(rows, LOOP_CHUNKS) if has_loops(dual.function.body) else 1
         bounds = [rows * c // chunks for c in range(chunks + 1)]

@@ -24,11 +24,12 @@ from minflux.compiler.numba_backend import plan_layout
 ])
 def test_layouts(shapes, shape, want):
     arrays = [np.arange(int(np.prod(s))).reshape(s).astype(float) for s in shapes]
-    rows, inner, total, patterns, flats = plan_layout(arrays, shape)
+    rows, inner, total, patterns, flats, strides = plan_layout(arrays, shape)
     assert (rows, inner, patterns) == want
     assert total == int(np.prod(shape))
+    assert strides == (inner,) * patterns.count("F")
     for p, flat in zip(patterns, flats):
-        assert flat.ndim == 1 and flat.flags.c_contiguous
+        assert flat.flags.c_contiguous
         assert flat.size == {"F": total, "R": rows, "C": inner, "S": 1}[p]
 
 

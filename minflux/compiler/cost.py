@@ -1,12 +1,22 @@
 """The cost model that picks the AD mode of a kernel: forward-mode duals or the element-local adjoint.
 
-Both modes read the same inputs and write the same outputs (values and the partials the tape
-asks for), so they move the same memory; what differs is the arithmetic per element. The model
-counts it on the code each mode would run: the transformed IR after if-conversion (what the CPU
-backend compiles), each call weighted by its rough cost in vector instructions. Duals win on
-sparse or narrow functions (a partial that is a known constant costs nothing, a value that
-depends on one input carries one partial); the adjoint wins when many inputs meet in a few
-outputs (an ``N``-way product costs ``N^2`` dual updates but ``O(N)`` adjoint ones).
+Both modes read the same inputs; they write the same primal outputs and each writes the partials it
+cannot prove constant (duals see a partial that is the same constant on every path, the adjoint
+does not always), and they differ in arithmetic per element. The model counts both on the code each
+mode would run: the transformed IR after if-conversion (what the CPU backend compiles), each call
+weighted by its cost relative to one ``add``, plus `OUTPUT_STREAM` for every array written per
+element. Duals win on sparse or narrow functions (a partial that is a known constant costs nothing,
+a value that depends on one input carries one partial); the adjoint wins when many inputs meet in a
+few outputs (an ``N``-way product costs ``N^2`` dual updates but ``O(N)`` adjoint ones).
+
+The weights were measured by ``python benchmarks/cost_weights.py`` (results in
+``benchmarks/results/cost_weights.md``): each primitive's time per element in a compute-bound float32
+kernel divided by an add's, and the time of one more output stream of a ``(1024, 1024)`` kernel in
+the same units. Rerun it on new hardware and copy the rounded weights here. The float32 forms of exp,
+log, tanh, sigmoid, log1p, expm1 and softplus are vectorised (`minflux.compiler.fastmath`); the
+other transcendental functions are scalar libm calls, dozens to hundreds of adds each. On the arity
+benchmark (``N``-way products, N = 1..18) and the HM-LSTM cell update this picks the measured-faster
+mode (or one within 2% of it) in every case; at N = 1 both modes run in the same time.
 
 >>> from minflux.compiler.frontend import parse
 >>> from minflux.compiler.kinds import infer_kinds
@@ -23,23 +33,27 @@ from __future__ import annotations
 from .ifconvert import if_convert
 from .ir import Assign, Call, has_loops, walk
 
-__all__ = ["operation_cost", "prefer_adjoint"]
+__all__ = ["OUTPUT_STREAM", "operation_cost", "prefer_adjoint"]
 
-# rough vector-instruction counts; everything not listed (arithmetic, selects, comparisons) is 1
-_WEIGHTS = {"divide": 4.0, "sqrt": 4.0, "exp": 12.0, "log": 14.0, "tanh": 14.0, "sigmoid": 12.0,
-            "log1p": 16.0, "expm1": 14.0, "softplus": 24.0, "power": 30.0, "sin": 20.0, "cos": 20.0,
-            "tan": 25.0, "asin": 25.0, "acos": 25.0, "atan": 20.0, "atan2": 25.0, "sinh": 20.0,
-            "cosh": 20.0, "asinh": 25.0, "acosh": 25.0, "atanh": 25.0, "log2": 14.0, "log10": 14.0,
-            "hypot": 8.0, "mod": 6.0, "floor_divide": 6.0}
+# time per element relative to one add (benchmarks/cost_weights.py); everything not listed
+# (add, multiply, selects, comparisons, min/max) is 1
+_WEIGHTS = {"divide": 2.5, "sqrt": 4.5, "exp": 16.0, "log": 18.0, "tanh": 27.0, "sigmoid": 20.0,
+            "log1p": 21.0, "expm1": 25.0, "softplus": 40.0, "power": 220.0, "sin": 88.0, "cos": 87.0,
+            "tan": 420.0, "asin": 95.0, "acos": 160.0, "atan": 190.0, "atan2": 330.0, "sinh": 460.0,
+            "cosh": 170.0, "asinh": 460.0, "acosh": 450.0, "atanh": 300.0, "log2": 75.0, "log10": 180.0,
+            "hypot": 85.0, "mod": 215.0, "floor_divide": 210.0}
+OUTPUT_STREAM = 3.5   # one more array written per element (out of cache), in adds
 
 
 def operation_cost(dual) -> float:
-    """The weighted operation count of a transformed function (a `DualFunction`) per element."""
+    """The weighted operation count of a transformed function (a `DualFunction`) per element, its
+    output streams included."""
     fn = dual.function
+    streams = OUTPUT_STREAM * fn.n_outputs
     if not has_loops(fn.body):
         fn = if_convert(fn)
-    return sum(_WEIGHTS.get(s.value.op, 1.0) for s in walk(fn.body)
-               if isinstance(s, Assign) and isinstance(s.value, Call))
+    return streams + sum(_WEIGHTS.get(s.value.op, 1.0) for s in walk(fn.body)
+                         if isinstance(s, Assign) and isinstance(s.value, Call))
 
 
 def prefer_adjoint(duals, adjoint) -> bool:

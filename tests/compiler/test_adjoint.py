@@ -6,6 +6,7 @@ import pytest
 
 import minflux as mf
 from minflux.compiler.compiled import compiled
+from minflux.compiler.cost import OUTPUT_STREAM, operation_cost
 from minflux.testing import check_grad
 
 
@@ -85,6 +86,17 @@ def test_the_cost_model_picks_the_adjoint_for_wide_products_and_duals_for_sparse
     assert wide.dual_for(kinds, wrt, "auto") is wide.dual_for(kinds, wrt, "adjoint")
     one = compiled(product_of(1))
     assert one.dual_for(("f",), (0,), "auto") is one.dual_for(("f",), (0,), "mixed")
+
+
+def test_the_cost_model_counts_the_partials_each_mode_writes():
+    def shifted_exp(x, y):   # d/dy is 1 on both paths: duals see the constant, the adjoint writes it
+        return mf.exp(x) + y if x > 0 else y
+
+    cf = compiled(shifted_exp)
+    duals, reverse = cf.dual_for(("f", "f"), (0, 1), "mixed"), cf.dual_for(("f", "f"), (0, 1), "adjoint")
+    assert (duals.function.n_outputs, reverse.function.n_outputs) == (2, 3)
+    assert operation_cost(reverse) - operation_cost(duals) >= OUTPUT_STREAM
+    assert cf.dual_for(("f", "f"), (0, 1), "auto") is duals
 
 
 def test_functions_with_loops_keep_duals_and_refuse_the_adjoint():

@@ -413,7 +413,7 @@ def plan_layout(arrays: list, shape: tuple) -> Layout:
         if full:
             a = np.broadcast_to(a, shape)
         if pattern != "F":
-            flats.append(a if a.flags.c_contiguous else np.ascontiguousarray(a))
+            flats.append((a if a.flags.c_contiguous else np.ascontiguousarray(a)).reshape(-1))
             continue
         if a.flags.c_contiguous:
             stride = inner

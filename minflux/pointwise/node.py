@@ -43,25 +43,35 @@ def _finite_seed(g) -> bool:
 def _times(g, p, fresh: bool = False, g_finite: bool | None = None):
     """``g * p`` where a zero factor annihilates: ``0 * inf = 0 * nan = 0`` (see `compiler.rules`).
 
-    ``g_finite`` is `_finite_seed(g)` when the caller already knows it (one check per output
-    gradient, not one per partial)."""
+    Unless ``g`` is the seed, the plain product is checked instead of both factors (one check, not
+    two): where it is finite, no zero met an inf or nan. ``g_finite`` is `_finite_seed(g)` when the
+    caller already knows it (the ``fresh`` path, which overwrites ``p``, checks the factors)."""
     if p.__class__ is int or p.__class__ is float:
         if p == 1:
             return g
         if p == 0:
             return get_array_module(g).zeros_like(g)
         return g * p
-    if g_finite is None:
-        g_finite = _finite_seed(g)
-    if not is_seed_broadcast(g) and (not g_finite or _may_be_nonfinite(p)):
-        xp = get_array_module(g, p)
-        return xp.where((g == 0) | (p == 0), 0, g * p).astype(xp.result_type(g, p), copy=False)
+    seed = is_seed_broadcast(g)
     if fresh and getattr(p, "shape", None) == getattr(g, "shape", ()) and p.dtype == g.dtype:
         # p is a new array no one else holds: reuse it (the gradient of a sum needs no pass at all)
-        if is_seed_broadcast(g):
+        if seed:
             return p
-        return get_array_module(p).multiply(g, p, out=p)
-    return g * p
+        if g_finite is None:
+            g_finite = _finite_seed(g)
+        if g_finite and not _may_be_nonfinite(p):
+            return get_array_module(p).multiply(g, p, out=p)
+        return _guarded(g, p)
+    product = g * p
+    if seed or not _may_be_nonfinite(product):
+        return product   # no 0 * inf or 0 * nan in it: those would have made a nan
+    return _guarded(g, p)
+
+
+def _guarded(g, p):
+    """``g * p`` with a zero factor annihilating the other (inf or nan) one."""
+    xp = get_array_module(g, p)
+    return xp.where((g == 0) | (p == 0), 0, g * p).astype(xp.result_type(g, p), copy=False)
 
 
 def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], partials: dict,
@@ -88,7 +98,7 @@ def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], parti
     if len(outputs) == 1:
         def vjp(g, needs):
             grads = [None] * n_args
-            g_finite = _finite_seed(g)
+            g_finite = _finite_seed(g) if fresh else None
             for _, k, p, shape, dtype in terms:
                 if needs[k]:
                     grads[k] = _finish(_times(g, p, fresh, g_finite), shape, dtype)
@@ -99,7 +109,7 @@ def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], parti
     def vjp_multi(gout, needs):
         sums: dict[int, Any] = {}
         meta = {}
-        finite = {m: _finite_seed(g) for m, g in enumerate(gout) if g is not None}
+        finite = {m: _finite_seed(g) if fresh else None for m, g in enumerate(gout) if g is not None}
         for m, k, p, shape, dtype in terms:
             g = gout[m]
             if g is None or not needs[k]:

@@ -20,9 +20,10 @@ def _math(xp) -> ArrayMath:
     return m
 
 
-def apply_primitive_now(name: str, *args):
+def apply_primitive_now(name: str, *args, tape=None):
     """Run primitive ``name`` over ``args`` now: its array implementation and, when an argument is
-    tracked, the table's partials for it on the same arrays, recorded as one broadcast node.
+    tracked on ``tape`` (the active tape when not given), the table's partials for it on the same
+    arrays, recorded as one broadcast node.
 
     >>> import numpy as np
     >>> apply_primitive_now("tanh", np.zeros(2))
@@ -31,7 +32,7 @@ def apply_primitive_now(name: str, *args):
     prim = TABLE[name]
     if len(args) != prim.arity:
         raise TypeError(f"mf.{name} takes {prim.arity} arguments, got {len(args)}")
-    values = [unwrap(a) for a in args]
+    values = [a.value if isinstance(a, Tensor) else a for a in args]
     xp = get_array_module(*values, op=f"mf.{name}")
     try:
         y = prim.impl(xp, *values)
@@ -42,22 +43,29 @@ def apply_primitive_now(name: str, *args):
         except ValueError:
             raise ValueError(f"mf.{name}: cannot broadcast shapes {' and '.join(map(str, shapes))}") from e
         raise
-    tape = active_tape()
-    wanted = () if tape is None else [
-        k for k, a in enumerate(args)
-        if isinstance(a, Tensor) and a._tape is tape and prim.partials[k] is not None]
-    if not wanted:
+    if tape is None:
+        tape = active_tape()
+    rules = prim.partials
+    partials = {}
+    if tape is not None:
+        m = None
+        for k, a in enumerate(args):
+            if isinstance(a, Tensor) and a._tape is tape and rules[k] is not None:
+                if m is None:
+                    m = _math(xp)
+                partials[(0, k)] = _as_dtype(rules[k](m, *values, y), y)
+    if not partials:
         for a in args:
             if isinstance(a, Tensor):
                 return Tensor(y)
         return y
-    rules, m = prim.partials, _math(xp)
-    partials = {(0, k): _as_dtype(rules[k](m, *values, y), y) for k in wanted}
-    return broadcast_node(name, args, (y,), partials)
+    return broadcast_node(name, args, (y,), partials, values=values)
 
 
 def _as_dtype(partial, y):
     """Indicator partials (``where(c, 1.0, 0.0)``) come out float64; keep float32 gradients float32."""
+    if partial.__class__ is float or partial.__class__ is int:
+        return partial
     dtype = getattr(partial, "dtype", None)
     if dtype is not None and dtype != y.dtype and y.dtype.kind == "f":
         return partial.astype(y.dtype)

@@ -196,7 +196,7 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
     prim = TABLE.get(name)
     if prim is None or ("." in name and name not in RULES):
         return None
-    if _broadcast_size(tuple(getattr(a, "shape", ()) for a in args)) < _settings["min_elements"]:
+    if _broadcast_size(tuple([getattr(a, "shape", ()) for a in args])) < _settings["min_elements"]:
         return None  # a tiny result (or shapes that do not broadcast: the op now says so) runs now
     kinds, floats, shapes, pendings = [], [], [], []
     members, leaf_ids = set(), set()   # the DAG's distinct pending nodes and leaves, for the caps

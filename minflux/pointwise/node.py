@@ -75,13 +75,14 @@ def _guarded(g, p):
 
 
 def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], partials: dict,
-                   fresh: bool = False):
+                   fresh: bool = False, values: Sequence[Any] | None = None):
     """Record one broadcast node and return its outputs (Tensors when an argument is tracked).
 
     ``partials[(m, k)]`` is ``d outputs[m] / d args[k]`` (an array broadcastable to the output, or a
     number) for every output ``m`` and every argument ``k`` that needs a gradient. The node keeps
     only these partials and the arguments' shapes, never the inputs. ``fresh=True`` promises that
     the partial arrays are new and referenced nowhere else, so the backward pass may overwrite them.
+    ``values`` are the arguments' arrays when the caller has them already.
 
     >>> import minflux as mf, numpy as np
     >>> def double(x):
@@ -92,8 +93,11 @@ def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], parti
     n_args = len(args)
     terms = []  # (output m, argument k, partial, argument shape, argument dtype)
     for (m, k), p in partials.items():
-        value = unwrap(args[k])
-        terms.append((m, k, p, tuple(getattr(value, "shape", ())), getattr(value, "dtype", None)))
+        value = unwrap(args[k]) if values is None else values[k]
+        if value.__class__ is np.ndarray:
+            terms.append((m, k, p, value.shape, value.dtype))
+        else:
+            terms.append((m, k, p, tuple(getattr(value, "shape", ())), getattr(value, "dtype", None)))
 
     if len(outputs) == 1:
         def vjp(g, needs):

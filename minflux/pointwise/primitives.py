@@ -29,7 +29,7 @@ def apply_primitive(name: str, *args):
         deferred = defer(name, args, tape)
         if deferred is not None:
             return deferred
-    return apply_primitive_now(name, *args)
+    return apply_primitive_now(name, *args, tape=tape)
 
 
 def _op(name: str, doc: str):

@@ -14,6 +14,9 @@ Compared side by side in one process (medians over repeats, all threads of the m
   allocated once per call, ``prange`` over rows: the practical limit. It is checked against a
   float64 numpy reference before anything is timed.
 - ``PyTorch eager`` and ``JAX jit`` (``jax.jit(jax.value_and_grad(...))``) when importable.
+- ``copy bound (same traffic)``: no arithmetic, only the memory traffic any fused kernel needs:
+  five new arrays, four of them copies of c, f, i, g (``np.copyto``) and one filled (the value and
+  the four gradients written, the four inputs read once). The last column is each time over it.
 
 Each implementation allocates its outputs on every call (as training does). glibc returns large
 freed blocks to the system and faults them in again, which costs as much as the arithmetic here;
@@ -135,6 +138,15 @@ def hand_written(z, zb):
     return run
 
 
+def copy_bound(c, f, i, g):
+    """The kernel's memory traffic alone: read c, f, i, g once, write five new arrays."""
+    outs = [np.empty_like(c) for _ in range(5)]
+    for out, a in zip(outs, (c, f, i, g)):
+        np.copyto(out, a)
+    outs[4].fill(0.0)
+    return outs
+
+
 def torch_impl(z, zb):
     import torch
     tz, tzb = torch.from_numpy(z), torch.from_numpy(zb)
@@ -220,6 +232,8 @@ def worker(dims_list, repeats: int, malloc: str) -> dict:
             reps = repeats if name != "mixed (numpy)" and name != "reverse" else max(3, repeats // 3)
             row["ms"][name] = median_time(lambda: fn(*args), repeats=reps, warmup=1) * 1e3
             print(f"[{malloc}] dims {dims} {name}: {row['ms'][name]:.2f} ms", file=sys.stderr)
+        row["copy_bound_ms"] = median_time(lambda: copy_bound(*args), repeats=repeats, warmup=1) * 1e3
+        print(f"[{malloc}] dims {dims} copy bound: {row['copy_bound_ms']:.2f} ms", file=sys.stderr)
         row["peak_mib"] = {name: peak_memory(impls[name], args) for name in impls
                            if name in ("mixed (numba)", "adjoint (numba)", "auto (numba)", "reverse",
                                        "hand-written numba")}
@@ -235,17 +249,23 @@ def table(all_results: list, versions: str) -> str:
         dims = list(res["dims"])
         names = list(res["dims"][dims[0]]["ms"])
         rows = []
+        bound = {d: res["dims"][d].get("copy_bound_ms") for d in dims}
+        last = res["dims"][dims[-1]]["ms"]
         for name in names:
             cells = [name] + [f"{res['dims'][d]['ms'][name]:.2f}" for d in dims]
-            last = res["dims"][dims[-1]]["ms"]
             cells.append(f"{last[name] / last['hand-written numba']:.2f}x")
+            cells.append(f"{last[name] / bound[dims[-1]]:.2f}x" if bound[dims[-1]] else "-")
             cells.append(f"{res['dims'][dims[0]]['first_call_s'][name]:.2f}")
             rows.append(cells)
+        if bound[dims[-1]]:
+            rows.append(["copy bound (same traffic)"] + [f"{bound[d]:.2f}" for d in dims]
+                        + [f"{bound[dims[-1]] / last['hand-written numba']:.2f}x", "1.00x", "-"])
         label = "glibc default allocator" if res["malloc"] == "default" else \
             "freed memory kept in the process (mallopt)"
         parts.append(f"**{label}**\n")
         parts.append(markdown_table(["implementation"] + [f"dims {d}" for d in dims]
-                                    + [f"time / hand loop at {dims[-1]}", f"first call s (dims {dims[0]})"], rows))
+                                    + [f"time / hand loop at {dims[-1]}", f"time / copy bound at {dims[-1]}",
+                                       f"first call s (dims {dims[0]})"], rows))
         mem_rows = [[name] + [f"{res['dims'][d]['peak_mib'][name]:.0f}" for d in dims]
                     for name in res["dims"][dims[0]]["peak_mib"]]
         parts.append(markdown_table(["peak MiB of one gradient"] + [f"dims {d}" for d in dims], mem_rows))

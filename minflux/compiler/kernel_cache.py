@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.util
 import json
 import sys
 import threading
-from importlib.metadata import version
 from pathlib import Path
 
 from .._version import __version__
@@ -62,13 +62,25 @@ _SOURCE_DIR = Path(__file__).parent
 _versions_text: str | None = None
 
 
+def _numba_version() -> str:
+    """numba's version record (its ``_version.py``, which every release rewrites), read without
+    importing numba or ``importlib.metadata`` (each costs more than loading a cached kernel)."""
+    spec = importlib.util.find_spec("numba")
+    if spec is None or spec.origin is None:
+        raise ImportError("numba is not installed; install it with `pip install numba`")
+    record = Path(spec.origin).with_name("_version.py")
+    return hashlib.sha256(record.read_bytes()).hexdigest() if record.exists() else spec.origin
+
+
 def _versions() -> str:
     global _versions_text
     if _versions_text is None:
+        import llvmlite
+
         sources = hashlib.sha256()
         for name in _CODE_SHAPING:
             sources.update((_SOURCE_DIR / name).read_bytes())
-        _versions_text = (f"minflux {__version__} numba {version('numba')} llvmlite {version('llvmlite')} "
+        _versions_text = (f"minflux {__version__} numba {_numba_version()} llvmlite {llvmlite.__version__} "
                           f"python {sys.version_info[:2]} generator {sources.hexdigest()}")
     return _versions_text
 

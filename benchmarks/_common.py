@@ -60,6 +60,24 @@ def median_time(fn, repeats: int = 5, warmup: int = 1) -> float:
     return statistics.median(times)
 
 
+def interleaved_medians(fns: dict, repeats: int = 5, warmup: int = 1) -> dict:
+    """Median wall-clock seconds of each ``fns[name]()``, timed in turns: every round times each
+    function once, so a change of machine load during the run falls on all of them alike. Each timed
+    call follows an untimed call of the same function, so none is timed with the caches the previous
+    function left behind."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            fn()
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def write_results(name: str, data: dict, table: str) -> None:
     """Write ``results/NAME.json`` and ``results/NAME.md`` (the table the README is regenerated from)."""
     data = dict(data, machine=machine())

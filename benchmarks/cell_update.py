@@ -1,7 +1,9 @@
 """The HM-LSTM cell update: forward plus the gradient of the sum w.r.t. c, f, i, g, on the CPU.
 
 float32 ``(dims, dims)`` arrays; ``z``/``zb`` are Bernoulli(0.5) control vectors of shape ``(dims, 1)``.
-Compared side by side in one process (medians over repeats, all threads of the machine):
+Compared side by side in one process (medians over repeats; the minflux numba modes, the hand loop
+and the copy bound are called in turns, one of each per round; all threads of the machine unless
+MINFLUX_NUM_THREADS/NUMBA_NUM_THREADS say less):
 
 - ``mixed (numba)``: minflux mixed mode, the default backend: one fused kernel writes the value and
   the four partials in one pass; the tape node's backward reuses them.
@@ -48,7 +50,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import markdown_table, median_time, write_results  # noqa: E402
+from _common import interleaved_medians, markdown_table, median_time, write_results  # noqa: E402
 
 
 def reuse_freed_memory():
@@ -229,10 +231,18 @@ def worker(dims_list, repeats: int, malloc: str) -> dict:
             got = _grads(fn(*args))  # also the warm-up (compiles kernels and jit functions)
             row["first_call_s"][name] = time.perf_counter() - start
             row["max_grad_error"][name] = max(float(np.max(np.abs(a - b))) for a, b in zip(got, reference))
-            reps = repeats if name != "mixed (numpy)" and name != "reverse" else max(3, repeats // 3)
-            row["ms"][name] = median_time(lambda: fn(*args), repeats=reps, warmup=1) * 1e3
+        close = ("mixed (numba)", "adjoint (numba)", "auto (numba)", "hand-written numba")
+        timed = {name: (lambda fn=impls[name]: fn(*args)) for name in close}
+        timed["copy bound"] = lambda: copy_bound(*args)
+        seconds = interleaved_medians(timed, repeats=repeats)
+        for name, fn in impls.items():   # the others alone (their thread pools spin after a call)
+            if name not in seconds:
+                reps = repeats if name not in ("mixed (numpy)", "reverse") else max(3, repeats // 3)
+                seconds[name] = median_time(lambda: fn(*args), repeats=reps, warmup=1)
+        for name in impls:
+            row["ms"][name] = seconds[name] * 1e3
             print(f"[{malloc}] dims {dims} {name}: {row['ms'][name]:.2f} ms", file=sys.stderr)
-        row["copy_bound_ms"] = median_time(lambda: copy_bound(*args), repeats=repeats, warmup=1) * 1e3
+        row["copy_bound_ms"] = seconds["copy bound"] * 1e3
         print(f"[{malloc}] dims {dims} copy bound: {row['copy_bound_ms']:.2f} ms", file=sys.stderr)
         row["peak_mib"] = {name: peak_memory(impls[name], args) for name in impls
                            if name in ("mixed (numba)", "adjoint (numba)", "auto (numba)", "reverse",

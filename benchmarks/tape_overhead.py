@@ -4,7 +4,7 @@ Each layer computes ``h = tanh(h @ W + b) * s + h * 0.5`` (six ops); the loss is
 same chain runs in minflux and, when importable, in PyTorch eager (``torch.autograd.grad``) and in JAX
 op by op (``jax.grad`` without ``jit``), in one process, single-threaded, float32. Small arrays
 (16x16) measure the per-op overhead; medium arrays (256x256) show where the arithmetic takes over.
-Times are medians over repeats; the ratio is minflux time / PyTorch time for the same work.
+Times are medians over repeats (minflux and PyTorch called in turns); the ratio is minflux time / PyTorch time for the same work.
 
     python benchmarks/tape_overhead.py            # writes benchmarks/results/tape_overhead.{json,md}
     python benchmarks/tape_overhead.py --quick    # a smoke run with few repeats
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import minflux as mf  # noqa: E402
-from _common import markdown_table, median_time, write_results  # noqa: E402
+from _common import interleaved_medians, markdown_table, median_time, write_results  # noqa: E402
 
 SIZES = ((16, 200), (256, 12))  # (array side, repeats)
 
@@ -108,11 +108,10 @@ def measure(size: int, repeats: int, layers: int) -> dict:
     if torch_step is not None:  # both must compute the same gradient before their speed is compared
         mine, theirs = runners["minflux"](), torch_step()
         np.testing.assert_allclose(mine["W"][0], theirs[0].numpy(), rtol=2e-3, atol=2e-5)
-    seconds = {}
-    for name, run in runners.items():
-        if run is not None:
-            n = repeats if name != "jax" else max(3, repeats // 4)
-            seconds[name] = median_time(run, repeats=n, warmup=3)
+    paired = {name: runners[name] for name in ("minflux", "torch") if runners[name] is not None}
+    seconds = interleaved_medians(paired, repeats=repeats, warmup=3)   # taken in turns
+    if runners["jax"] is not None:
+        seconds["jax"] = median_time(runners["jax"], repeats=max(3, repeats // 4), warmup=3)
     result = {"size": size, "layers": layers, "ops": ops, "repeats": repeats}
     for name, s in seconds.items():
         result[f"{name}_ms"] = s * 1e3

@@ -536,6 +536,7 @@ class Kernel:
         self.key = key
         self.call = call
         self.module = module          # the generated module when compiled in this process
+        self.has_loops = False        # loops run in row chunks, so that Ctrl-C is seen between them
 
     @property
     def compiled_here(self) -> bool:
@@ -617,8 +618,10 @@ def build_kernel(dual, float_dtype, patterns: tuple) -> Kernel:
     """The kernel of transformed function ``dual`` for one float type and input layout."""
     source = generate_source(dual.function, np.dtype(float_dtype).name, patterns)
     with _lock:
-        return load_kernel(source, len(dual.function.params) + dual.function.n_outputs,
-                           patterns.count("F"))
+        kernel = load_kernel(source, len(dual.function.params) + dual.function.n_outputs,
+                             patterns.count("F"))
+    kernel.has_loops = has_loops(dual.function.body)
+    return kernel
 
 
 def launch(kernel: Kernel, dual, layout: Layout, float_dtype, shape: tuple) -> list:
@@ -629,7 +632,7 @@ def launch(kernel: Kernel, dual, layout: Layout, float_dtype, shape: tuple) -> l
         args = (inner, total, rows, *strides, *[a.ctypes.data for a in flats],
                 *[r.ctypes.data for r in results])
         n_threads = min(get_num_threads(), rows) if total >= PARALLEL_MIN_ELEMENTS else 1
-        chunks = min(rows, LOOP_CHUNKS) if has_loops(dual.function.body) else 1
+        chunks = min(rows, LOOP_CHUNKS) if kernel.has_loops else 1
         bounds = [rows * c // chunks for c in range(chunks + 1)]
         for r0, r1 in zip(bounds[:-1], bounds[1:]):
             _run_rows(kernel.call, r0, r1, n_threads, args)

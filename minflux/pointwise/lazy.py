@@ -321,6 +321,9 @@ def _const(value):
 def _compute(tensor: Tensor, root: Pending) -> None:
     order, nodes, leaves, structure = _collect(root)
     _stats["computed"] += 1
+    if len(nodes) == 1:  # one primitive saves no pass over memory: numpy's op is cheaper to call
+        _op_by_op(order, tensor)
+        return
     if not is_compiled_ir(structure):
         if len(_seen) > _SEEN_LIMIT:
             _seen.clear()

@@ -67,20 +67,25 @@ def replicated_init(rng: np.random.Generator, rows: int, hidden: int, boundary_c
 
 COPY_SKIP_FRACTION = 0.2
 """The fraction of a batch's rows that must COPY before their gate products are skipped."""
+COPY_SKIP_MIN_WORK = 2**22
+"""The multiply-adds the skipped rows must save (below it, the extra ops cost more than they save)."""
 
 
-def copy_rows(z, z_below):
-    """The ``(B,)`` mask of rows that COPY (``z = 0`` and ``z_below = 0``) when they are at least
-    `COPY_SKIP_FRACTION` of the batch and the arrays are numpy ones, else None (compute every row).
+def copy_rows(z, z_below, work_per_row: int):
+    """The ``(B,)`` mask of rows that COPY (``z = 0`` and ``z_below = 0``) when skipping them pays:
+    they are at least `COPY_SKIP_FRACTION` of the batch, save at least `COPY_SKIP_MIN_WORK`
+    multiply-adds of ``work_per_row`` each, and the arrays are numpy ones; else None (every row).
 
-    >>> copy_rows(np.array([[0.0], [1.0], [0.0]]), np.array([[0.0], [0.0], [1.0]]))
+    >>> copy_rows(np.array([[0.0], [1.0], [0.0]]), np.array([[0.0], [0.0], [1.0]]), 2**22)
     array([ True, False, False])
     """
     z, z_below = unwrap(z), unwrap(z_below)
     if not isinstance(z, np.ndarray) or not isinstance(z_below, np.ndarray):
         return None  # on a GPU, counting the rows would wait for the device at every step
     copying = ((z == 0) & (z_below == 0)).reshape(-1)
-    return copying if copying.sum() >= COPY_SKIP_FRACTION * copying.shape[0] else None
+    n = int(copying.sum())
+    return copying if n >= COPY_SKIP_FRACTION * copying.shape[0] and n * work_per_row >= COPY_SKIP_MIN_WORK \
+        else None
 
 
 class HMLSTMLayer(mf.nn.Module):
@@ -150,7 +155,7 @@ class HMLSTMLayer(mf.nn.Module):
             else:
                 ones = mf.get_array_module(self.b).ones((h.shape[0], 1), dtype=self.b.dtype)
                 x = mf.concatenate(inputs + [z_below * below, ones], axis=-1)
-                copying = copy_rows(z, z_below) if cell is hm_update else None
+                copying = copy_rows(z, z_below, x.shape[-1] * 4 * self.hidden) if cell is hm_update else None
                 parts = self._split(x @ stacked) if copying is None else \
                     self._skipping_copies(x, gate_weights, boundary_weights, copying)
         return self._update(cell, mode, slope, c, h, z, z_below, *parts)

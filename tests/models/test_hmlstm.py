@@ -142,6 +142,7 @@ def test_skipping_copy_rows_gives_the_dense_loss_gradients_and_state(monkeypatch
     results = {}
     for name, fraction in [("dense", 2.0), ("skipping", 0.0)]:
         monkeypatch.setattr(hmlstm, "COPY_SKIP_FRACTION", fraction)
+        monkeypatch.setattr(hmlstm, "COPY_SKIP_MIN_WORK", 0)
         value, (grads,) = mf.withgradient(lambda m: lm_loss(m, state, tokens, np.roll(tokens, -1, 1)), model)
         results[name] = (*value, grads)
     assert {has_boundary for has_boundary, rows in skipped_rows if rows} == {True, False}

@@ -5,7 +5,8 @@ Sizes: the paper's PTB model (3 x 512, embedding 128, batch 64, segment 100) and
 (2 x 128, batch 32, segment 50), each with and without layer norm. Every implementation starts from
 the same weights (the peers are built from the minflux model: `torch_hmlstm.py`, `jax_hmlstm.py`)
 and trains on the same tokens. Reported: the first step (compilation included: numba kernels from
-a warm disk cache, XLA's compile, PyTorch's none), then the median over repeats, tokens per second,
+a warm disk cache, XLA's compile, PyTorch's none), then the median over repeats (one step of each
+implementation per round), tokens per second,
 and the step's peak memory: the process's peak resident set during the step (reset through
 ``/proc/self/clear_refs``) minus its resident set before it after ``malloc_trim``, the same measure
 for all three.
@@ -144,21 +145,27 @@ def peak_step_bytes(step) -> int | None:
         return None
 
 
-def measure(builder, size, layer_norm, repeats):
-    start = time.perf_counter()
-    step = builder(size, layer_norm)
-    step()
-    first = time.perf_counter() - start
-    times = []
-    for _ in range(repeats):
+def measure(impls, size, layer_norm, repeats) -> dict:
+    """Each implementation's first step (compilation included), then its steps timed in turns (one
+    step of each per round, so a change of machine load falls on all alike), then its peak memory."""
+    steps, results = {}, {}
+    for impl in impls:
         start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    result = {"first_step_s": first, "seconds": statistics.median(times), "times": times,
-              "peak_bytes": peak_step_bytes(step)}
-    if hasattr(step, "copy_fractions"):
-        result["copy_fraction"] = statistics.mean(step.copy_fractions[1:1 + repeats])
-    return result
+        steps[impl] = BUILDERS[impl](size, layer_norm)
+        steps[impl]()
+        results[impl] = {"first_step_s": time.perf_counter() - start, "times": []}
+    for _ in range(repeats):
+        for impl, step in steps.items():
+            start = time.perf_counter()
+            step()
+            results[impl]["times"].append(time.perf_counter() - start)
+    for impl, step in steps.items():
+        r = results[impl]
+        r["seconds"] = statistics.median(r["times"])
+        r["peak_bytes"] = peak_step_bytes(step)
+        if hasattr(step, "copy_fractions"):
+            r["copy_fraction"] = statistics.mean(step.copy_fractions[1:1 + repeats])
+    return results
 
 
 def matmul_rates(size) -> dict:
@@ -231,11 +238,9 @@ def main(argv=None) -> int:
         for ln in args.layer_norm.split(","):
             layer_norm = ln == "on"
             key = f"{name}{'_ln' if layer_norm else ''}"
-            entry = {}
-            for impl in impls:
-                r = measure(BUILDERS[impl], size, layer_norm, args.repeats)
+            entry = measure(impls, size, layer_norm, args.repeats)
+            for impl, r in entry.items():
                 r["tokens_per_s"] = tokens / r["seconds"]
-                entry[impl] = r
                 print(f"{key} {impl}: {r['seconds'] * 1e3:.0f} ms (first {r['first_step_s']:.1f} s)", file=sys.stderr)
             results[key] = {"size": size, "layer_norm": layer_norm, **entry}
             for impl, r in entry.items():
@@ -252,7 +257,8 @@ def main(argv=None) -> int:
     results["load_average_1min"] = [load_before[0], load_after[0]]
     table = markdown_table(["size", "layer norm", "implementation", "ms / step", "tokens / s", "vs PyTorch",
                             "vs JAX", "first step (s)", "step peak memory", "COPY rows (upper layers)"], rows)
-    table += (f"\nMedian of {args.repeats} steps after the first; {settings()}. Load average (1 min) "
+    table += (f"\nMedian of {args.repeats} steps after the first, the implementations timed in turns; "
+              f"{settings()}. Load average (1 min) "
               f"{load_before[0]:.1f} before and {load_after[0]:.1f} after, on 2 cores shared with other work. "
               "minflux skips the gate products of the rows that COPY (their share is the last column; "
               "the peers compute every row). One step's matrix product, single-threaded, in GFLOP/s: "

@@ -285,3 +285,29 @@ def test_a_zero_dimensional_argument_keeps_every_contribution():
     assert float(g) == 12.0
     (g,) = mf.gradient(lambda s: mf.sum(mf.tanh(s)) + mf.sum(mf.tanh(s)) + mf.sum(mf.tanh(s)), s)
     np.testing.assert_allclose(g, 3 * (1 - np.tanh(2.0) ** 2))
+
+
+@pytest.mark.parametrize("op", ["split", "unstack", "layer_norm"])
+def test_the_tape_does_not_keep_inputs_whose_values_the_backward_pass_never_reads(op, rng):
+    """A VJP that needs only an input's shape and dtype must not keep the input alive: the tape of a
+    long recurrent segment would otherwise hold every step's activations."""
+    import gc
+
+    from minflux.tensor import unwrap
+
+    x = rng.standard_normal((4, 6))
+    seen = {}
+
+    def f(x):
+        y = x * 2.0 + 1.0                        # its own node keeps only constant partials
+        seen["y"] = weakref.ref(unwrap(y))
+        parts = {"split": lambda: mf.split(y, 2, axis=-1), "unstack": lambda: mf.unstack(y, axis=0),
+                 "layer_norm": lambda: [mf.layer_norm(y, np.ones(6), np.zeros(6))]}[op]()
+        total = sum(mf.sum(mf.tanh(p)) for p in parts)
+        del y, parts
+        gc.collect()
+        seen["alive"] = seen["y"]() is not None
+        return total
+
+    mf.gradient(f, x)
+    assert not seen["alive"]

@@ -35,7 +35,8 @@ def layer_norm(x, scale=None, shift=None, eps: float = 1e-5):
         raise ValueError("mf.layer_norm: needs an array with at least one axis to normalise over")
     sv = None if scale is None else value_of(scale)
     bv = None if shift is None else value_of(shift)
-    if _compiled_rows(v, sv, bv):
+    compiled, dtype = _compiled_rows(v, sv, bv), v.dtype  # the closure must not hold the input
+    if compiled:
         out, normalised, reciprocal = _forward_rows(v, sv, bv, eps)
     else:
         centred = v - v.mean(axis=-1, keepdims=True)
@@ -46,7 +47,7 @@ def layer_norm(x, scale=None, shift=None, eps: float = 1e-5):
             out = out + bv
 
     def vjp(g, needs):
-        if _compiled_rows(v, sv, bv) and type(g) is np.ndarray and g.dtype == v.dtype:
+        if compiled and type(g) is np.ndarray and g.dtype == dtype:
             g_x, g_scale, g_shift = _backward_rows(g, normalised, reciprocal, sv)
         else:
             g_normalised = g if sv is None else g * sv

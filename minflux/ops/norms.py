@@ -60,7 +60,8 @@ def _singular_values(x, v, xp, axes, ord, keepdims):
     else:
         pick = 0 if ord == 2 else s.shape[-1] - 1  # singular values come sorted, largest first
         total = s[..., pick]
-    total = total.astype(v.dtype, copy=False)
+    dtype = v.dtype  # the closure must not hold v
+    total = total.astype(dtype, copy=False)
     kept = keepdims_shape(shape, axes)
     out = total.reshape(kept) if keepdims else total
 
@@ -71,7 +72,7 @@ def _singular_values(x, v, xp, axes, ord, keepdims):
         else:
             direction = u[..., :, pick, None] * vt[..., None, pick, :]
         inverse = tuple(perm.index(i) for i in range(len(shape)))
-        return [xp.transpose((g * direction).astype(v.dtype, copy=False), inverse)]
+        return [xp.transpose((g * direction).astype(dtype, copy=False), inverse)]
 
     return record("norm", out, [x], vjp)
 

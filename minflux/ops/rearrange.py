@@ -47,10 +47,11 @@ def pad(x, pad_width, mode: str = "constant", constant_values=0):
         inner = tuple(slice(a, a + n) for (a, _), n in zip(widths, shape))
         return record("pad", out, [x], lambda g, needs: [g[inner]])
     out = xp.pad(v, widths, mode=mode)
-    source = xp.pad(xp.arange(v.size).reshape(shape), widths, mode=mode)  # where each element came from
+    size = v.size
+    source = xp.pad(xp.arange(size).reshape(shape), widths, mode=mode)  # where each element came from
 
     def vjp(g, needs):
-        flat = xp.zeros(v.size, dtype=g.dtype)
+        flat = xp.zeros(size, dtype=g.dtype)
         scatter_add(flat, source.reshape(-1), g.reshape(-1))
         return [flat.reshape(shape)]
 

@@ -211,10 +211,10 @@ def split(x, indices_or_sections, axis: int = 0) -> list:
         raise ValueError(f"mf.split: axis {axis} of shape {shape} has length {shape[axis]}, which "
                          f"does not split into {indices_or_sections} equal sections")
     parts = xp.split(v, indices_or_sections, axis=axis)
-    part_shapes = [tuple(p.shape) for p in parts]
+    part_shapes, dtype = [tuple(p.shape) for p in parts], v.dtype  # the closure must not hold v
 
     def vjp(gout, needs):
-        return [_join_parts(xp, gout, part_shapes, shape, v.dtype, axis, squeezed=False)]
+        return [_join_parts(xp, gout, part_shapes, shape, dtype, axis, squeezed=False)]
 
     return list(record("split", parts, [x], vjp, multi=True))
 
@@ -233,9 +233,9 @@ def unstack(x, axis: int = 0) -> list:
     shape = tuple(v.shape)
     axis = normalise_axis(axis, v.ndim, "mf.unstack", shape)
     parts = [v[_along(axis, v.ndim, i)] for i in range(shape[axis])]
-    part_shapes = [shape] * len(parts)
+    part_shapes, dtype = [shape] * len(parts), v.dtype  # the closure must not hold v
 
     def vjp(gout, needs):
-        return [_join_parts(xp, gout, part_shapes, shape, v.dtype, axis, squeezed=True)]
+        return [_join_parts(xp, gout, part_shapes, shape, dtype, axis, squeezed=True)]
 
     return list(record("unstack", parts, [x], vjp, multi=True))

@@ -19,6 +19,7 @@ CHILD = textwrap.dedent("""
             k = k + 1.0 + x * 0.0
         return k
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job inherits SIGINT ignored
     x = np.zeros(1 << 19)
     mf.broadcast(slow, x[:4])                  # compile first (not interrupted)
     threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()

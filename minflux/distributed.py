@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_BUCKET_BYTES = 16 * 2**20
+ABORT_GRACE_S = 0.5
+"""Seconds `abort` waits before ending the job, so that what every rank printed reaches the launcher."""
 OPS = ("mean", "sum", "max", "min")
 # set by MPI launchers in every process they start (MPICH/Hydra, Intel MPI, Open MPI, PMIx, MVAPICH)
 LAUNCHER_VARIABLES = ("PMI_SIZE", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE",
@@ -256,6 +258,7 @@ def abort(code: int = 1) -> None:
         sys.exit(code)
     sys.stdout.flush()
     sys.stderr.flush()
+    time.sleep(ABORT_GRACE_S)
     _abort(world, code)
 
 

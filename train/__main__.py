@@ -109,7 +109,9 @@ def _say(*args, **kwargs) -> None:
         args = (f"[rank {distributed.rank()}]", *args)
     elif not distributed.is_main():
         return
-    print(*args, **kwargs, flush=True)
+    stream = kwargs.get("file") or sys.stdout
+    stream.write(" ".join(map(str, args)) + "\n")  # one write: an abort cannot cut the line short
+    stream.flush()
 
 
 def _main(argv=None) -> int:

@@ -3,6 +3,8 @@ that many lookups into one array accumulate into one gradient buffer (repeated i
 and ``index_set``, the functional assignment."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..autograd import IndexedGrad, record
 from ..backend import get_array_module, is_array
 from ..broadcasting import sum_to
@@ -20,7 +22,10 @@ def _plain_index(item, xp):
 
 
 def _selects_once(index) -> bool:
-    """True when ``index`` cannot select one element twice (no integer arrays)."""
+    """True when ``index`` cannot select one element twice: no integer arrays, or a single increasing
+    non-negative one on the CPU (such as ``np.flatnonzero(mask)``)."""
+    if type(index) is np.ndarray and index.dtype.kind in "iu" and index.ndim == 1:
+        return index.size == 0 or bool(index[0] >= 0 and np.all(index[1:] > index[:-1]))
     items = index if isinstance(index, tuple) else (index,)
     for item in items:
         if is_array(item) and item.dtype.kind != "b":

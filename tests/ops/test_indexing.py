@@ -123,3 +123,13 @@ def test_index_set_broadcasts_values_and_refuses_repeated_positions():
     np.testing.assert_array_equal(g, [2.0, 2.0])
     with pytest.raises(ValueError, match="without repeated positions"):
         mf.index_set(np.zeros(3), np.array([1, 1]), np.ones(2))
+
+
+@pytest.mark.parametrize("index", [np.array([0, 2, 3]), np.array([-3, 2]), np.array([3, 1, 3])], ids=str)
+def test_integer_rows_picked_in_any_order_get_every_contribution(index):
+    """An increasing index takes the assignment path; a negative alias of a later position, or a
+    repeat, must still add up."""
+    g, = mf.gradient(lambda x: mf.sum(x[index] * np.arange(1.0, index.size + 1)[:, None]), np.zeros((5, 2)))
+    expected = np.zeros((5, 2))
+    np.add.at(expected, index, np.arange(1.0, index.size + 1)[:, None] * np.ones((1, 2)))
+    np.testing.assert_array_equal(g, expected)

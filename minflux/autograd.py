@@ -171,7 +171,8 @@ def record(name: str, value, args: Sequence[Any], vjp: Callable, multi: bool = F
     ``value`` is the op's output array (a list of arrays when ``multi``). ``vjp(g, needs)`` receives
     the output gradient (a list with None for outputs that got none, when ``multi``) and a sequence
     whose item ``k`` is truthy when argument ``k`` needs a gradient; it returns one gradient per
-    argument: an array of the argument's shape, an `IndexedGrad`, a `ProductGradient`, or None. It must not modify ``g``.
+    argument: an array of the argument's shape, an `IndexedGrad`, a `ProductGradient`, or None. It
+    must not modify ``g``.
     The closure must capture arrays, never Tensors, so the tape dies with `gradient`'s frame.
     Plain-array arguments with no Tensor among them give a plain array back.
 

@@ -184,13 +184,21 @@ def named_leaves(tree: Any, trainable_only: bool = True, prefix: str = "") -> It
     >>> [name for name, _ in mf.tree.named_leaves({"layers": [{"W": np.ones(1)}]})]
     ['layers.0.W']
     """
+    return walk_named(tree, prefix, is_leaf, lambda x: children(x, trainable_only))
+
+
+def walk_named(root: Any, prefix: str, is_leaf: Callable, children_of: Callable) -> Iterator[tuple[str, Any]]:
+    """``(dotted_name, leaf)`` for every distinct leaf below ``root``, depth first, without recursion.
+
+    ``children_of(x)`` gives a container's ``(key, child)`` pairs, or None for a value that is neither
+    leaf nor container. Each leaf and each container is visited once (a shared one by its first path).
+
+    >>> list(walk_named({"a": [1, 2]}, "", lambda x: isinstance(x, int),
+    ...                 lambda x: list(x.items()) if isinstance(x, dict) else list(enumerate(x))))
+    [('a.0', 1), ('a.1', 2)]
+    """
     seen: dict[int, Any] = {}  # id -> object, leaves and containers alike; the object pins the id
-
-    def below(x, path):
-        for k, child in children(x, trainable_only):
-            yield (f"{path}.{k}" if path else str(k)), child
-
-    stack = [iter([(prefix, tree)])]
+    stack = [iter([(prefix, root)])]
     while stack:
         item = next(stack[-1], None)
         if item is None:
@@ -202,9 +210,11 @@ def named_leaves(tree: Any, trainable_only: bool = True, prefix: str = "") -> It
         if is_leaf(x):
             seen[id(x)] = x
             yield path, x
-        elif children(x, trainable_only) is not None:
+            continue
+        kids = children_of(x)
+        if kids is not None:
             seen[id(x)] = x
-            stack.append(below(x, path))
+            stack.append(iter([((f"{path}.{k}" if path else str(k)), child) for k, child in kids]))
 
 
 def leaves(tree: Any, trainable_only: bool = True) -> list:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..autograd import no_grad
 from ..backend import is_array
-from ..tree import bottom_up, children, expand, is_leaf
+from ..tree import bottom_up, children, expand, is_leaf, walk_named
 from .rule import GlobalRule, OptimiserChain, Rule, stages
 from ..tensor import unwrap
 
@@ -91,26 +91,7 @@ def named_state_leaves(state: Any, prefix: str = "") -> Iterator[tuple[str, Leaf
     >>> [name for name, _ in mf.optim.named_state_leaves(state)]
     ['layers.0.W']
     """
-    seen: dict[int, Any] = {}  # id -> node: each leaf and each shared subtree once, at any depth
-    stack = [iter([(prefix, state)])]
-    while stack:
-        item = next(stack[-1], None)
-        if item is None:
-            stack.pop()
-            continue
-        path, node = item
-        if id(node) in seen:
-            continue
-        seen[id(node)] = node
-        if isinstance(node, Leaf):
-            yield path, node
-        else:
-            stack.append(_named_children(node, path))
-
-
-def _named_children(node, path: str):
-    for key, child in _state_children(node):
-        yield (f"{path}.{key}" if path else str(key)), child
+    return walk_named(state, prefix, lambda node: isinstance(node, Leaf), _state_children)
 
 
 def setup(rule: Rule, model: Any) -> Any:

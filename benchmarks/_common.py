@@ -78,6 +78,32 @@ def interleaved_medians(fns: dict, repeats: int = 5, warmup: int = 1) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def traced_peak_mib(fn, *args) -> float:
+    """Peak MiB traced (numpy allocations) during one call ``fn(*args)``, above what was live before it."""
+    import tracemalloc
+
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    fn(*args)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return (peak - base) / 2**20
+
+
+def library_versions(names=("torch", "jax")) -> str:
+    """``"name version"`` for each library, or ``"name not installed"``, comma-separated."""
+    import importlib
+
+    found = []
+    for name in names:
+        try:
+            found.append(f"{name} {importlib.import_module(name).__version__}")
+        except ImportError:
+            found.append(f"{name} not installed")
+    return ", ".join(found)
+
+
 def write_results(name: str, data: dict, table: str) -> None:
     """Write ``results/NAME.json`` and ``results/NAME.md`` (the table the README is regenerated from)."""
     data = dict(data, machine=machine())

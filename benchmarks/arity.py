@@ -27,7 +27,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import interleaved_medians, markdown_table, median_time, source_module, write_results  # noqa: E402
+from _common import (interleaved_medians, markdown_table, median_time, source_module,  # noqa: E402
+                     traced_peak_mib, write_results)
 
 
 def scalar_function(n: int):
@@ -90,16 +91,6 @@ def numpy_reference(xs):
     total = np.prod(factors, axis=0)
     return [np.prod([f for j, f in enumerate(factors) if j != k], axis=0) * np.where(x > 0.5, 1.0, -1.0)
             if len(xs) > 1 else np.where(x > 0.5, 1.0, -1.0) + 0 * total for k, x in enumerate(xs)]
-
-
-def peak_mib(fn, xs) -> float:
-    import tracemalloc
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    fn(*xs)
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return (peak - base) / 2**20
 
 
 def torch_impl():
@@ -170,7 +161,7 @@ def main():
             grads = fn(*xs)[1]  # warm-up: compiles kernels and jit functions
             first[name] = time.perf_counter() - start
             if name in ("mixed (numba)", "adjoint (numba)", "auto (numba)", "hand-written numba"):
-                peak[name] = peak_mib(fn, xs)
+                peak[name] = traced_peak_mib(fn, *xs)
             errors[name] = max(float(np.max(np.abs(np.asarray(g, np.float64) - r)))
                                for g, r in zip(grads, reference))
         close = ("mixed (numba)", "adjoint (numba)", "auto (numba)", "hand-written numba")

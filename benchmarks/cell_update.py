@@ -42,7 +42,6 @@ import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-import tracemalloc  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -50,7 +49,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import interleaved_medians, markdown_table, median_time, write_results  # noqa: E402
+from _common import (interleaved_medians, library_versions, markdown_table, median_time,  # noqa: E402
+                     traced_peak_mib, write_results)
 
 
 def reuse_freed_memory():
@@ -195,17 +195,6 @@ def peers(z, zb) -> dict:
     return out
 
 
-def peak_memory(fn, args) -> float:
-    """Peak MiB traced (numpy allocations) during one call, above what was live before it."""
-    tracemalloc.start()
-    tracemalloc.reset_peak()
-    base = tracemalloc.get_traced_memory()[0]
-    fn(*args)
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return (peak - base) / 2**20
-
-
 def _grads(result):
     grads = result[1]
     return [np.asarray(g, dtype=np.float64) for g in grads]
@@ -244,7 +233,7 @@ def worker(dims_list, repeats: int, malloc: str) -> dict:
             print(f"[{malloc}] dims {dims} {name}: {row['ms'][name]:.2f} ms", file=sys.stderr)
         row["copy_bound_ms"] = seconds["copy bound"] * 1e3
         print(f"[{malloc}] dims {dims} copy bound: {row['copy_bound_ms']:.2f} ms", file=sys.stderr)
-        row["peak_mib"] = {name: peak_memory(impls[name], args) for name in impls
+        row["peak_mib"] = {name: traced_peak_mib(impls[name], *args) for name in impls
                            if name in ("mixed (numba)", "adjoint (numba)", "auto (numba)", "reverse",
                                        "hand-written numba")}
         results["dims"][str(dims)] = row
@@ -282,16 +271,6 @@ def table(all_results: list, versions: str) -> str:
     return "\n".join(parts)
 
 
-def versions() -> str:
-    out = []
-    for mod in ("numba", "torch", "jax"):
-        try:
-            out.append(f"{mod} {__import__(mod).__version__}")
-        except ImportError:
-            pass
-    return ", ".join(out)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dims", default="512,1024,2048")
@@ -312,7 +291,7 @@ def main():
         subprocess.run([sys.executable, __file__, "--dims", ",".join(map(str, dims)), "--repeats",
                         str(repeats), "--malloc", mode, "--worker-json", str(out)], check=True)
         all_results.append(json.loads(out.read_text()))
-    write_results("cell_update", {"results": all_results}, table(all_results, versions()))
+    write_results("cell_update", {"results": all_results}, table(all_results, library_versions(("numba", "torch", "jax"))))
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import minflux as mf  # noqa: E402
-from _common import markdown_table, write_results  # noqa: E402
+from _common import library_versions, markdown_table, write_results  # noqa: E402
 from models import HMLSTM  # noqa: E402
 from models.boundaries import operations  # noqa: E402
 
@@ -200,17 +200,9 @@ def matmul_rates(size) -> dict:
 
 
 def settings() -> str:
-    import importlib
-
-    versions = []
-    for name in ("torch", "jax"):
-        try:
-            versions.append(f"{name} {importlib.import_module(name).__version__}")
-        except ImportError:
-            versions.append(f"{name} not installed")
     return (f"single-threaded everywhere (MINFLUX_NUM_THREADS={os.environ['MINFLUX_NUM_THREADS']}, "
             f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}, torch.set_num_threads(1), "
-            f"XLA_FLAGS='{os.environ['XLA_FLAGS']}'); {', '.join(versions)}")
+            f"XLA_FLAGS='{os.environ['XLA_FLAGS']}'); {library_versions()}")
 
 
 def main(argv=None) -> int:

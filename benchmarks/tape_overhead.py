@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import minflux as mf  # noqa: E402
-from _common import interleaved_medians, markdown_table, median_time, write_results  # noqa: E402
+from _common import interleaved_medians, library_versions, markdown_table, median_time, write_results  # noqa: E402
 
 SIZES = ((16, 200), (256, 12))  # (array side, repeats)
 
@@ -133,17 +133,7 @@ def table(cases: list[dict]) -> str:
     layers = cases[0]["layers"]
     return (f"Forward + gradient of a chain of {layers} layers `h = tanh(h @ W + b) * s + h * 0.5` and "
             "`mean(h * h)`, float32, one thread, median over repeats "
-            f"(`python benchmarks/tape_overhead.py`; {peer_versions()}).\n\n" + markdown_table(header, rows))
-
-
-def peer_versions() -> str:
-    found = []
-    for name in ("torch", "jax"):
-        try:
-            found.append(f"{name} {__import__(name).__version__}")
-        except Exception:
-            found.append(f"{name} not installed")
-    return ", ".join(found)
+            f"(`python benchmarks/tape_overhead.py`; {library_versions()}).\n\n" + markdown_table(header, rows))
 
 
 def main(argv=None) -> list[dict]:

@@ -53,8 +53,12 @@ def test_recurrent_weight_gradients_match_backpropagation_through_time(case):
 
 def test_pending_factors_are_formed_in_chunks(case, monkeypatch):
     monkeypatch.setattr(product_gradient, "FLUSH_BYTES", 300)  # a flush every step or two
+    products = []
+    stacked = product_gradient._stacked_product
+    monkeypatch.setattr(product_gradient, "_stacked_product", lambda a, g: products.append(len(a)) or stacked(a, g))
     W, U, xs, h0 = case
     gW, gU = mf.gradient(lambda W, U: recurrence(W, U, xs, h0), W, U)
+    assert len(products) > 2 and max(products) < len(xs)  # several chunks per weight, none of all steps
     expected_W, expected_U = textbook_gradients(W, U, xs, h0)
     np.testing.assert_allclose(gW, expected_W, rtol=1e-12)
     np.testing.assert_allclose(gU, expected_U, rtol=1e-12)

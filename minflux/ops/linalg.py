@@ -39,7 +39,7 @@ def matmul(a, b):
         if needs[0]:
             ga = sum_to(xp.matmul(g, xp.swapaxes(b2, -1, -2)), a2.shape).reshape(sa)
         if needs[1]:
-            if b2.ndim == 2 and a2.ndim == 2 and bv.ndim == 2:  # kept as factors: see ProductGradient
+            if a2.ndim == 2 and bv.ndim == 2:  # kept as factors: see ProductGradient
                 gb = ProductGradient(a2, g)
             elif b2.ndim == 2 and a2.ndim > 2:  # rows times one matrix: one GEMM, no batch to sum
                 gb = xp.matmul(a2.reshape(-1, a2.shape[-1]).T, g.reshape(-1, g.shape[-1])).reshape(sb)

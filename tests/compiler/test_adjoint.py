@@ -8,6 +8,7 @@ import minflux as mf
 from minflux.compiler.compiled import compiled
 from minflux.compiler.cost import OUTPUT_STREAM, operation_cost
 from minflux.testing import check_grad
+from models.cells import hm_update
 
 
 def product_of(n: int):
@@ -19,16 +20,6 @@ def product_of(n: int):
     import linecache
     linecache.cache[f"<product{n}>"] = (0, None, [f"def product({args}):\n", f"    return {body}\n"], f"<product{n}>")
     return namespace["product"]
-
-
-def hmlstm_update(z, zb, c, h, f, i, o, g):
-    if z == 1:
-        c_new = mf.sigmoid(i) * mf.tanh(g)
-    elif zb == 0:
-        return c, h
-    else:
-        c_new = mf.sigmoid(f) * c + mf.sigmoid(i) * mf.tanh(g)
-    return c_new, mf.sigmoid(o) * mf.tanh(c_new)
 
 
 @pytest.mark.parametrize("mode", ["adjoint", "mixed", "reverse"])
@@ -74,7 +65,7 @@ def test_two_outputs_against_finite_differences(mode):
     args = [rng.standard_normal((5, 6)) for _ in range(6)]
 
     def loss(c, h, f, i, o, g):
-        c2, h2 = mf.broadcast(hmlstm_update, z, zb, c, h, f, i, o, g, mode=mode)
+        c2, h2 = mf.broadcast(hm_update, z, zb, c, h, f, i, o, g, mode=mode)
         return mf.sum(c2 * c2) + mf.sum(h2 * np.linspace(-1, 1, 6))
 
     assert check_grad(loss, *args) < 1

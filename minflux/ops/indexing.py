@@ -33,6 +33,14 @@ def _selects_once(index) -> bool:
     return True
 
 
+def _distinct_positions(index, v, xp) -> bool:
+    """True when the 1-D integer ``index`` names each row of ``v`` at most once, counting ``-1`` and
+    ``len(v) - 1`` as the same row (out-of-range entries are left for the assignment to report)."""
+    rows = v.shape[0] if v.ndim else 0
+    positions = xp.where(index < 0, index + rows, index)
+    return int(xp.unique(positions).size) == int(index.size)
+
+
 def getitem(x, index):
     """``x[index]`` for basic slicing, boolean masks and integer arrays; repeated indices add up.
 
@@ -148,10 +156,11 @@ def index_set(x, index, values):
     xp = get_array_module(v, values_v, op="mf.index_set")
     index = _plain_index(index, xp)
     if not _selects_once(index):
-        if isinstance(index, tuple) or index.ndim != 1 or xp.unique(index).size != index.size:
+        if isinstance(index, tuple) or index.ndim != 1 or not _distinct_positions(index, v, xp):
             raise ValueError("mf.index_set: an integer index must be one 1-D array without repeated "
-                             "positions; for repeated positions that add up, use mf.take's gradient "
-                             "or build the sum explicitly")
+                             "positions (a negative index and its positive alias are one position); "
+                             "for repeated positions that add up, use mf.take's gradient or build the "
+                             "sum explicitly")
     out = v.astype(xp.result_type(v, values_v), copy=True)
     try:
         out[index] = values_v

@@ -125,6 +125,23 @@ def test_index_set_broadcasts_values_and_refuses_repeated_positions():
         mf.index_set(np.zeros(3), np.array([1, 1]), np.ones(2))
 
 
+@pytest.mark.parametrize("index", [[-1, 2], [2, -1], [0, -3], [-2, -2]], ids=str)
+def test_index_set_refuses_a_negative_index_aliasing_another(index):
+    """x[-1] and x[n-1] are one position: the value would keep only the last write while both written
+    values got the gradient."""
+    with pytest.raises(ValueError, match="without repeated positions"):
+        mf.index_set(np.zeros(3), np.array(index), np.array([1.0, 2.0]))
+
+
+def test_index_set_negative_indices_without_aliases_get_their_own_gradient():
+    weights = np.array([1.0, 2.0, 3.0, 4.0])
+    index = np.array([-1, 0])
+    g_x, g_v = mf.gradient(lambda x, v: mf.sum(mf.index_set(x, index, v) * weights),
+                           np.zeros(4), np.array([5.0, 6.0]))
+    np.testing.assert_array_equal(g_v, [4.0, 1.0])
+    np.testing.assert_array_equal(g_x, [0.0, 2.0, 3.0, 0.0])
+
+
 @pytest.mark.parametrize("index", [np.array([0, 2, 3]), np.array([-3, 2]), np.array([3, 1, 3])], ids=str)
 def test_integer_rows_picked_in_any_order_get_every_contribution(index):
     """An increasing index takes the assignment path; a negative alias of a later position, or a

@@ -10,6 +10,7 @@ them costs at most a few chunks of activations.
 from __future__ import annotations
 
 from .backend import get_array_module
+from .matrix_product import matmul
 
 FLUSH_BYTES = 32 * 2**20
 """Pending factor bytes after which the stacked product is formed and the factors released."""
@@ -64,6 +65,6 @@ class ProductGradient:
 
 def _stacked_product(lefts: list, rights: list):
     if len(lefts) == 1:
-        return lefts[0].T @ rights[0]
+        return matmul(lefts[0].T, rights[0])
     xp = get_array_module(lefts[0])
-    return xp.concatenate(lefts).T @ xp.concatenate(rights)
+    return matmul(xp.concatenate(lefts).T, xp.concatenate(rights))

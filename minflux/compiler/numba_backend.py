@@ -46,6 +46,7 @@ from .cache_directory import kernel_directory
 from .dtypes import kind_dtype
 from .ifconvert import if_convert
 from .ir import Assign, Break, Call, Continue, Function, If, Loop, Return, Var, has_loops
+from .row_pool import run_rows
 from .threads import get_num_threads
 
 BRANCHES = os.environ.get("MINFLUX_NUMBA_BRANCHES", "auto")  # "auto" | "select" | "real"
@@ -431,102 +432,9 @@ def plan_layout(arrays: list, shape: tuple) -> Layout:
 _lock = threading.Lock()
 
 
-class _RowPool:
-    """Persistent worker threads that each run one share of a kernel's rows.
-
-    Each worker sleeps on its own lock; `run` hands every worker its share by releasing that lock,
-    runs the first share on the calling thread (ctypes releases the GIL, so all shares run at
-    once) and waits on each worker's completion lock. A second Python thread that calls in while
-    the pool is busy runs its whole kernel itself instead of waiting.
-    """
-
-    def __init__(self):
-        self.busy = threading.Lock()
-        self.workers: list = []
-
-    def grow(self, n_workers: int) -> None:
-        """Start workers until there are ``n_workers``."""
-        for w in range(len(self.workers), n_workers):
-            start, done = threading.Lock(), threading.Lock()
-            start.acquire()
-            done.acquire()
-            task: list = [None]
-            thread = threading.Thread(target=self._serve, args=(start, done, task), daemon=True,
-                                      name=f"minflux-kernel-{w}")
-            thread.start()
-            self.workers.append((start, done, task))
-
-    @staticmethod
-    def _serve(start, done, task):
-        while True:
-            start.acquire()
-            call, args = task[0]
-            task[0] = None
-            try:
-                call(*args)
-            finally:
-                done.release()
-
-    def run(self, call, rows: int, n_shares: int, args: tuple) -> None:
-        """``call(r0, r1, *args)`` over rows ``0:rows`` in ``n_shares`` contiguous shares."""
-        if not self.busy.acquire(blocking=False):
-            call(0, rows, *args)
-            return
-        try:
-            bounds = [rows * t // n_shares for t in range(n_shares + 1)]
-            handed = []
-            for (start, done, task), a, b in zip(self.workers, bounds[1:-1], bounds[2:]):
-                task[0] = (call, (a, b) + args)
-                start.release()
-                handed.append(done)
-            try:
-                call(0, bounds[1], *args)
-            finally:
-                _wait_all(handed)
-        finally:
-            self.busy.release()
-
-
-def _wait_all(done_locks: list) -> None:
-    """Wait until every worker has finished its share, even through a Ctrl-C (raised afterwards), so
-    that no worker is still writing into arrays the caller is about to drop or reuse."""
-    interrupted = None
-    for done in done_locks:
-        while True:
-            try:
-                done.acquire()
-                break
-            except KeyboardInterrupt as e:
-                interrupted = e
-    if interrupted is not None:
-        raise interrupted
-
-
 # a kernel with while/for loops may run long: it runs in this many row chunks, and Ctrl-C (a
 # KeyboardInterrupt) takes effect between two chunks
 LOOP_CHUNKS = 64
-
-_pool: _RowPool | None = None
-
-
-def _reset_pool_after_fork() -> None:
-    global _pool
-    _pool = None   # the worker threads do not exist in a forked child
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_pool_after_fork)
-
-
-def _row_pool(n_threads: int) -> _RowPool:
-    global _pool
-    pool = _pool
-    if pool is None:
-        pool = _pool = _RowPool()
-    if len(pool.workers) < n_threads - 1:
-        with _lock:
-            pool.grow(n_threads - 1)
-    return pool
 
 
 class Kernel:
@@ -635,14 +543,5 @@ def launch(kernel: Kernel, dual, layout: Layout, float_dtype, shape: tuple) -> l
         chunks = min(rows, LOOP_CHUNKS) if kernel.has_loops else 1
         bounds = [rows * c // chunks for c in range(chunks + 1)]
         for r0, r1 in zip(bounds[:-1], bounds[1:]):
-            _run_rows(kernel.call, r0, r1, n_threads, args)
+            run_rows(kernel.call, r0, r1, n_threads, args)
     return results
-
-
-def _run_rows(call, r0: int, r1: int, n_threads: int, args: tuple) -> None:
-    """``call`` over rows ``r0:r1``, split over the pool's threads when ``n_threads > 1``."""
-    if n_threads > 1 and r1 - r0 > 1:
-        _row_pool(n_threads).run(lambda a, b, *rest: call(r0 + a, r0 + b, *rest), r1 - r0,
-                                 min(n_threads, r1 - r0), args)
-    else:
-        call(r0, r1, *args)

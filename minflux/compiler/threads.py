@@ -1,12 +1,17 @@
-"""minflux's thread budget: one number sizes the kernel pool and caps the BLAS pool.
+"""minflux's thread budget: one number sizes the pool that large kernels and products share.
 
-numba kernels and BLAS (``matmul``) run one after the other in a training step; two pools each sized
-to the machine would oversubscribe the cores as soon as anything else runs. minflux therefore owns
-one setting, ``MINFLUX_NUM_THREADS`` (read when minflux is imported; default: the cores this
-process may use), or `set_num_threads` at run time. It sizes the pool that splits large kernels
-over rows (the calling thread runs one share) and limits every BLAS library loaded in the process
-through `threadpoolctl` when it is installed, or OpenBLAS's own ``openblas_set_num_threads``
-otherwise.
+``MINFLUX_NUM_THREADS`` (read when minflux is imported; default: the cores this process may use), or
+`set_num_threads` at run time, is how many threads a large kernel or matrix product may split over.
+Whether one does is decided per call from its size: small work runs on the calling thread, where
+handing it out would cost more than it saves. The pool's workers sleep while they wait
+(`minflux.compiler.row_pool`), so the budget costs no CPU between calls.
+
+Every BLAS library loaded in the process runs on one thread (through `threadpoolctl` when it is
+installed, or OpenBLAS's own ``openblas_set_num_threads`` otherwise): OpenBLAS's workers spin
+between products, and on a busy machine two spinning pools made a training step cost many times the
+CPU of one thread. minflux's products split themselves over its pool instead
+(`minflux.matrix_product`). Code outside minflux that wants a threaded BLAS in the same process
+can raise the limit with ``threadpoolctl.threadpool_limits``.
 
 >>> import minflux as mf
 >>> n = mf.get_num_threads()
@@ -42,7 +47,7 @@ def _from_environment() -> int:
 
 
 def get_num_threads() -> int:
-    """The threads minflux's kernels and the BLAS calls it makes may use together.
+    """The threads one large kernel or matrix product may split over.
 
     >>> import minflux as mf
     >>> mf.get_num_threads() >= 1
@@ -55,7 +60,7 @@ def get_num_threads() -> int:
 
 
 def set_num_threads(n: int) -> None:
-    """Use ``n`` threads for elementwise kernels and cap every loaded BLAS library at ``n``.
+    """Let large kernels and matrix products split over ``n`` threads (BLAS itself stays at one).
 
     >>> import minflux as mf
     >>> before = mf.get_num_threads()
@@ -67,7 +72,7 @@ def set_num_threads(n: int) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"set_num_threads needs a whole number of threads >= 1, got {n!r}")
     _setting = n
-    _limit_blas(n)
+    _limit_blas(1)
 
 
 def _limit_blas(n: int) -> None:
@@ -109,10 +114,10 @@ def _openblas_libraries() -> list:
 
 
 def blas_threads() -> dict:
-    """The thread limit of each BLAS library loaded in this process (from `threadpoolctl`).
+    """The thread limit of each BLAS library loaded in this process (from `threadpoolctl`): one.
 
     >>> import minflux as mf
-    >>> all(n == mf.get_num_threads() for n in blas_threads().values())
+    >>> all(n == 1 for n in blas_threads().values())
     True
     """
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..autograd import record
 from ..backend import get_array_module
 from ..broadcasting import sum_to
+from ..matrix_product import matmul as product
 from ..product_gradient import ProductGradient
 from ._common import shape_of, value_of
 
@@ -22,7 +23,7 @@ def matmul(a, b):
         raise ValueError(f"mf.matmul: operands must have at least one dimension, got shapes {sa} and "
                          f"{sb}; use * to multiply by a scalar")
     try:
-        out = xp.matmul(av, bv)
+        out = product(av, bv)
     except ValueError as e:
         raise ValueError(f"mf.matmul: shapes {sa} and {sb} do not match (the last axis of the first "
                          "must equal the second-to-last axis of the second, and leading axes must "
@@ -37,12 +38,12 @@ def matmul(a, b):
             g = xp.expand_dims(g, -2)
         ga = gb = None
         if needs[0]:
-            ga = sum_to(xp.matmul(g, xp.swapaxes(b2, -1, -2)), a2.shape).reshape(sa)
+            ga = sum_to(product(g, xp.swapaxes(b2, -1, -2)), a2.shape).reshape(sa)
         if needs[1]:
             if a2.ndim == 2 and bv.ndim == 2:  # kept as factors: see ProductGradient
                 gb = ProductGradient(a2, g)
             elif b2.ndim == 2 and a2.ndim > 2:  # rows times one matrix: one GEMM, no batch to sum
-                gb = xp.matmul(a2.reshape(-1, a2.shape[-1]).T, g.reshape(-1, g.shape[-1])).reshape(sb)
+                gb = product(a2.reshape(-1, a2.shape[-1]).T, g.reshape(-1, g.shape[-1])).reshape(sb)
             else:
                 gb = sum_to(xp.matmul(xp.swapaxes(a2, -1, -2), g), b2.shape).reshape(sb)
         return [ga, gb]

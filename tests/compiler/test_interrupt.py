@@ -52,8 +52,8 @@ def test_kernels_with_loops_run_in_row_chunks_and_loop_free_ones_in_one_call(mon
     from minflux.compiler import numba_backend
 
     calls = []
-    real = numba_backend._run_rows
-    monkeypatch.setattr(numba_backend, "_run_rows", lambda *a: (calls.append(a[1:3]), real(*a)))
+    real = numba_backend.run_rows
+    monkeypatch.setattr(numba_backend, "run_rows", lambda *a: (calls.append(a[1:3]), real(*a)))
 
     def looped(x):
         k = 0.0
@@ -75,9 +75,9 @@ def test_kernels_with_loops_run_in_row_chunks_and_loop_free_ones_in_one_call(mon
 def test_an_interrupted_share_leaves_the_pool_usable():
     import threading
 
-    from minflux.compiler import numba_backend
+    from minflux.compiler.row_pool import RowPool
 
-    pool = numba_backend._RowPool()
+    pool = RowPool()
     pool.grow(1)
     seen = []
     gate = threading.Event()

@@ -1,4 +1,4 @@
-"""The thread budget: MINFLUX_NUM_THREADS sizes the kernel pool and caps BLAS, so they never oversubscribe."""
+"""The thread budget: MINFLUX_NUM_THREADS sizes the sleeping pool that large kernels and products share; BLAS stays at one thread."""
 from __future__ import annotations
 
 import json
@@ -30,20 +30,21 @@ def _child(env_threads: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_the_setting_caps_blas_in_a_new_process():
+def test_blas_runs_on_one_thread_whatever_the_setting():
     pytest.importorskip("threadpoolctl")
-    seen = _child("1")
-    assert seen["minflux"] == 1
-    assert seen["blas"] and all(n == 1 for n in seen["blas"])   # numpy's OpenBLAS would use every core
+    for setting in ("1", "2"):
+        seen = _child(setting)
+        assert seen["minflux"] == int(setting)
+        assert seen["blas"] and all(n == 1 for n in seen["blas"])   # OpenBLAS alone would use every core
 
 
-def test_set_num_threads_caps_blas_and_sizes_the_kernel_pool(monkeypatch):
+def test_set_num_threads_sizes_the_kernel_pool_and_leaves_blas_at_one(monkeypatch):
     pytest.importorskip("threadpoolctl")
     before = mf.get_num_threads()
     monkeypatch.setattr(numba_backend, "PARALLEL_MIN_ELEMENTS", 16)
     try:
         mf.set_num_threads(3)
-        assert all(n == 3 for n in threads.blas_threads().values())
+        assert all(n == 1 for n in threads.blas_threads().values())
         x, b = np.random.default_rng(0).standard_normal((2, 40, 8))
         out = mf.broadcast(lambda x, b: x * x + b, x, b[:, :1])       # 40 rows to share out
         np.testing.assert_allclose(out, x * x + b[:, :1])
@@ -53,6 +54,30 @@ def test_set_num_threads_caps_blas_and_sizes_the_kernel_pool(monkeypatch):
         assert all(n == 1 for n in threads.blas_threads().values())
     finally:
         mf.set_num_threads(before)
+
+
+IDLE = """
+import sys, time
+import numpy as np
+import minflux as mf
+mf.set_num_threads(2)
+rng = np.random.default_rng(0)
+a, b = rng.standard_normal((2, 256, 1024), dtype=np.float32)
+x = rng.standard_normal((512, 512))
+for _ in range(20):                       # threaded products and kernels, then nothing to do
+    mf.gradient(lambda a, b, x: mf.sum(mf.tanh(a @ b.T)) + mf.sum(mf.tanh(x) * x), a, b, x)
+busy = time.process_time()
+time.sleep(0.5)
+print(time.process_time() - busy)
+"""
+
+
+def test_no_thread_spins_while_it_waits():
+    env = {k: v for k, v in os.environ.items() if k != "MINFLUX_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", IDLE], capture_output=True, text=True, env=env,
+                         check=True, cwd=os.getcwd())
+    idle_cpu = float(out.stdout.strip().splitlines()[-1])
+    assert idle_cpu < 0.05        # a spinning worker would burn about 0.5 s of CPU per thread
 
 
 def test_bad_settings_name_the_fix(monkeypatch):

@@ -1,0 +1,55 @@
+"""The matrix product provider: large products split over the pool agree with one BLAS call."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minflux as mf
+from minflux import matrix_product
+from minflux.compiler import threads
+
+
+@pytest.fixture
+def split_everything(monkeypatch):
+    monkeypatch.setattr(matrix_product, "PARALLEL_MIN_MULTIPLY_ADDS", 0)
+    monkeypatch.setattr(threads, "_setting", 3)
+
+
+CASES = [  # (m, k, n): columns split, rows split, ragged last block, fewer blocks than threads
+    (32, 384, 512), (700, 64, 130), (65, 33, 200), (3, 7, 100), (200, 5, 3),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, k, n", CASES)
+def test_split_products_equal_float64_within_rounding(split_everything, m, k, n, dtype):
+    rng = np.random.default_rng(m * n + k)
+    a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    got = matrix_product.matmul(a, b)
+    assert got.dtype == dtype and got.shape == (m, n)
+    bound = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    assert np.all(np.abs(got - exact) <= 4 * k * np.finfo(dtype).eps * bound)
+
+
+def test_transposed_and_strided_operands(split_everything):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((300, 90)).T          # Fortran-ordered (90, 300)
+    b = rng.standard_normal((300, 400))[:, ::2]   # every other column: no unit stride between rows
+    np.testing.assert_allclose(matrix_product.matmul(a, b), np.asarray(a) @ np.asarray(b), rtol=1e-12)
+
+
+def test_the_tape_uses_the_provider_forward_and_backward(split_everything):
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((70, 40)), rng.standard_normal((40, 150))
+    gx, gw = mf.gradient(lambda x, w: mf.sum(mf.tanh(x @ w)), x, w)
+    d = 1 - np.tanh(x @ w) ** 2
+    np.testing.assert_allclose(gx, d @ w.T, rtol=1e-12)
+    np.testing.assert_allclose(gw, x.T @ d, rtol=1e-12)
+
+
+def test_batched_and_vector_products_keep_numpys_rules(split_everything):
+    rng = np.random.default_rng(3)
+    a, b, v = rng.standard_normal((4, 5, 6)), rng.standard_normal((6, 7)), rng.standard_normal(6)
+    np.testing.assert_allclose(matrix_product.matmul(a, b), a @ b, rtol=1e-12)
+    np.testing.assert_allclose(matrix_product.matmul(b.T, v), b.T @ v, rtol=1e-12)

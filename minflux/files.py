@@ -6,6 +6,10 @@ give the file exactly the permissions ``mode`` (0644 unless told otherwise, 0600
 such as checkpoints) and turn a failed write (a full disk, a file-size limit, no permission) into one
 `FileWriteError` that names the file and the free space; the previous file is then unchanged.
 
+A symbolic link is followed (the file it points to is replaced, the link stays), and anything at the
+path that is not a regular file (a folder, a FIFO, a device node, a socket) is refused with a
+`FileWriteError` and left as it is.
+
 Temporary files are named ``.<name>.<pid>-<thread>.tmp``. A process killed while writing leaves one
 behind; `remove_temporaries` deletes those of a folder (call it when no other process writes there).
 """
@@ -16,11 +20,13 @@ import errno
 import os
 import re
 import shutil
+import stat
 import threading
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["FileWriteError", "atomic_path", "is_temporary", "remove_temporaries", "write_atomically"]
+__all__ = ["FileWriteError", "atomic_path", "is_temporary", "remove_temporaries", "replaced_file",
+           "write_atomically"]
 
 _TEMPORARY = re.compile(r"^\..+\.\d+-\d+\.tmp$")
 _LEGACY_TEMPORARY = re.compile(r"^.+\.h5\.tmp[A-Za-z0-9_]{1,12}$")  # mkstemp names of older checkpoints
@@ -75,11 +81,50 @@ def _fsync(path: Path, directory: bool = False) -> None:
         os.close(fd)
 
 
+_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
+def replaced_file(path) -> Path:
+    """The file a write to ``path`` replaces: ``path``, or the file its symbolic links lead to.
+
+    Raises `FileWriteError` when something other than a regular file is there (a folder, a FIFO, a
+    device node, a socket), or when a link leads into a folder that does not exist.
+
+    >>> import os, tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp()); (d / "real.txt").touch(); os.symlink("real.txt", d / "link")
+    >>> replaced_file(d / "link").name, replaced_file(d / "new.txt").name
+    ('real.txt', 'new.txt')
+    >>> os.mkfifo(d / "pipe"); replaced_file(d / "pipe")
+    Traceback (most recent call last):
+    ...
+    minflux.files.FileWriteError: cannot write .../pipe: it is a FIFO (named pipe), not a regular file; ...
+    """
+    path = Path(path)
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    try:
+        kind = stat.S_IFMT(os.stat(target).st_mode)
+    except FileNotFoundError:
+        if target is not path and not target.parent.is_dir():
+            raise FileWriteError(f"cannot write {path}: it is a symbolic link to {target}, whose folder "
+                                 f"does not exist; nothing was written (fix or remove the link)") from None
+        return target
+    except OSError as exc:
+        raise _write_error(path, exc) from exc
+    if kind != stat.S_IFREG:
+        what = _KINDS.get(kind, "not a regular file")
+        via = f" (through the symbolic link to {target})" if target is not path else ""
+        raise FileWriteError(f"cannot write {path}: it is {what}{via}, not a regular file; it was left as "
+                             f"it is (move it away, or write somewhere else)")
+    return target
+
+
 @contextlib.contextmanager
 def atomic_path(path, mode: int = 0o644) -> Iterator[Path]:
     """A temporary path beside ``path``; when the block ends without an error it becomes ``path``.
 
-    Missing parent folders are created. If the block raises, the temporary file is removed and the
+    Missing parent folders are created. A symbolic link is followed (see `replaced_file`: what is
+    not a regular file is refused). If the block raises, the temporary file is removed and the
     old ``path`` is unchanged; an `OSError` becomes a `FileWriteError` naming ``path``.
 
     >>> import tempfile, pathlib
@@ -90,9 +135,13 @@ def atomic_path(path, mode: int = 0o644) -> Iterator[Path]:
     ('1 2 3', '0o644')
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _write_error(path, exc) from exc
+    path = replaced_file(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    try:
         yield tmp
         os.chmod(tmp, mode)
         _fsync(tmp)

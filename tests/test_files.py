@@ -79,3 +79,31 @@ def test_temporaries_of_running_writers_can_be_kept(tmp_path):
         p.write_text("x")
     assert remove_temporaries(tmp_path, only_dead_writers=True) == [dead]
     assert mine.exists()
+
+
+def test_a_symbolic_link_is_followed_and_stays_a_link(tmp_path):
+    real = tmp_path / "real.txt"
+    real.write_text("old")
+    os.symlink("real.txt", tmp_path / "link.txt")
+    write_atomically(tmp_path / "link.txt", "new")
+    assert os.readlink(tmp_path / "link.txt") == "real.txt" and real.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "real.txt"]
+
+
+@pytest.mark.parametrize("make, what", [(os.mkfifo, "a FIFO (named pipe)"), (os.mkdir, "a folder")])
+def test_what_is_not_a_regular_file_is_refused_and_left_as_it_is(tmp_path, make, what):
+    target = tmp_path / "metrics.jsonl"
+    make(target)
+    kind = os.lstat(target).st_mode
+    with pytest.raises(FileWriteError, match=f"it is {what.replace('(', '.').replace(')', '.')}, not a "
+                                             "regular file; it was left as it is"):
+        write_atomically(target, "x")
+    assert os.lstat(target).st_mode == kind and [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
+
+
+def test_a_link_to_a_fifo_is_refused(tmp_path):
+    os.mkfifo(tmp_path / "pipe")
+    os.symlink("pipe", tmp_path / "link")
+    with pytest.raises(FileWriteError, match="through the symbolic link to"):
+        write_atomically(tmp_path / "link", "x")
+    assert (tmp_path / "link").is_symlink()

@@ -3,15 +3,19 @@
 Every record has ``kind`` (``"train"``, ``"valid"``, ``"lr"``, ``"end"``) and ``step``, and there is
 one record per (kind, step): when a run resumes from a checkpoint of step S, the records after S and
 the ``end`` record of S are dropped first (those steps are redone), and a fresh start empties the file.
+A symbolic link at ``metrics.jsonl`` is followed; anything else that is not a regular file there (a
+FIFO, a folder, a device node) is refused with a `FileWriteError` before training starts, and left
+as it is.
 """
 from __future__ import annotations
 
 import json
 import logging
 import math
+import os
 from pathlib import Path
 
-from minflux.files import write_atomically
+from minflux.files import replaced_file, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +45,10 @@ class MetricsLog:
         self.skipped = 0
 
     def write(self, kind: str, **fields) -> None:
-        if not self.path.is_file():
-            write_atomically(self.path, "")  # created 0644 whatever the umask
-        with open(self.path, "a", encoding="utf-8") as f:
+        target = replaced_file(self.path)  # never append to (or block on) a FIFO or a device
+        if not target.is_file():
+            write_atomically(target, "")  # created 0644 whatever the umask
+        with open(target, "a", encoding="utf-8") as f:
             f.write(json.dumps(_clean({"kind": kind, **fields})) + "\n")
 
     def read(self) -> list[dict]:
@@ -74,5 +79,5 @@ class MetricsLog:
 
     def clear(self) -> None:
         """Start the file afresh (a new run in a directory whose earlier attempt never checkpointed)."""
-        if self.path.is_file():
+        if os.path.lexists(self.path):
             write_atomically(self.path, "")

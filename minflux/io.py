@@ -34,7 +34,7 @@ import numpy as np
 from ._version import __version__
 from .backend import get_array_module, is_array, to_numpy
 from ._load_report import LoadReport
-from .files import write_atomically
+from .files import FileWriteError, write_atomically
 from .optim.serialise import restored_rule, rule_mismatches, rule_to_json
 from .optim.state import named_state_leaves
 from .tree import is_leaf, named_leaves
@@ -189,7 +189,8 @@ def save(path: str | os.PathLike, *, model: Any = None, opt_state: Any = None, *
     ``meta`` values may be numbers, strings, lists, tuples, dicts, arrays and numpy Generators (whose
     state is saved; `load` gives back an equal Generator). The file is built in memory, then written
     through a temporary file and a rename with permissions 0600; a full disk raises
-    `minflux.files.FileWriteError` and leaves the previous file as it was. Returns the path.
+    `minflux.files.FileWriteError` and leaves the previous file as it was. The folder must exist (a
+    missing one is a `FileWriteError` naming it, not created). Returns the path.
 
     >>> import os, tempfile, numpy as np, minflux as mf
     >>> model = mf.nn.Dense(2, 1, rng=np.random.default_rng(0))
@@ -201,6 +202,11 @@ def save(path: str | os.PathLike, *, model: Any = None, opt_state: Any = None, *
     >>> bool((fresh.W == model.W).all()), oct(os.stat(path).st_mode & 0o777)
     (True, '0o600')
     """
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        what = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise FileWriteError(f"mf.save: cannot write {os.fspath(path)}: the folder {folder} {what}; "
+                             f"nothing was written (create it first, e.g. os.makedirs({folder!r}))")
     write_atomically(path, _image(_contents(model, opt_state, meta)), mode=0o600)
     return os.fspath(path)
 

@@ -287,3 +287,13 @@ def test_cupy_arrays_go_through_the_host_and_come_back_on_the_device(tmp_path):
     assert isinstance(fresh_state.cell.Wx.state[1][0], cupy.ndarray)
     for a, b in zip(arrays(model), arrays(fresh)):
         assert np.array_equal(cupy.asnumpy(a), cupy.asnumpy(b))
+
+
+def test_save_into_a_missing_folder_is_refused_naming_it(tmp_path):
+    missing = tmp_path / "no" / "such"
+    with pytest.raises(FileWriteError, match=f"the folder {missing} does not exist; nothing was written"):
+        mf.save(missing / "c.h5", model={"w": np.ones(2)})
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileWriteError, match="is not a folder"):
+        mf.save(tmp_path / "file" / "c.h5", model={"w": np.ones(2)})

@@ -33,7 +33,7 @@ import numpy as np
 
 from ._version import __version__
 from .backend import get_array_module, is_array, to_numpy
-from ._load_report import LoadReport
+from ._load_report import LoadReport, mixed_rules
 from .files import FileWriteError, write_atomically
 from .optim.serialise import restored_rule, rule_mismatches, rule_to_json
 from .optim.state import named_state_leaves
@@ -356,10 +356,12 @@ def load(path: str | os.PathLike, *, model: Any = None, opt_state: Any = None, s
     Names, shapes, dtypes and optimiser rules are all checked first; any mismatch raises
     `CheckpointMismatch` listing every one of them, and nothing is changed. With ``strict=False``
     what matches is loaded and the rest is left as it is (fine-tuning from a checkpoint with another
-    head); the returned `LoadReport` (the metadata dict, with ``loaded`` and ``skipped``) says what
-    was skipped and why, and logged at INFO. A file that is not HDF5, is truncated or is not a
-    minflux checkpoint raises `CheckpointError` either way. Arrays keep their device (CuPy arrays
-    are filled from the host copy).
+    head); the returned `LoadReport` (the metadata dict, with ``loaded``, ``skipped`` and ``notes``)
+    says what was skipped and why, logged at INFO. Loaded optimiser leaves take the file's
+    hyperparameters (its learning rate) while skipped ones keep the target's; when the two differ,
+    ``notes`` says so (logged as a warning) and `minflux.optim.adjust` gives them one value again.
+    A file that is not HDF5, is truncated or is not a minflux checkpoint raises `CheckpointError`
+    either way. Arrays keep their device (CuPy arrays are filled from the host copy).
 
     >>> import os, tempfile, numpy as np, minflux as mf
     >>> path = mf.save(os.path.join(tempfile.mkdtemp(), "c.h5"), model={"w": np.ones(2)}, step=3)
@@ -423,7 +425,12 @@ def load(path: str | os.PathLike, *, model: Any = None, opt_state: Any = None, s
         leaf.state = _copy_into(leaf.state, saved["state"])
         leaf.rule = restored_rule(leaf.rule, saved["rule"])
         leaf.frozen = saved["frozen"]
+    notes = []
+    if opt_state is not None:  # the loaded leaves now have the file's hyperparameters, the rest their own
+        loaded_names = {n for n, _ in state_targets}
+        notes = mixed_rules([leaf.rule for _, leaf in state_targets],
+                            [leaf.rule for n, leaf in leaves if n not in loaded_names])
     report = LoadReport(checkpoint.meta, {"model": [n for n, _ in model_targets],
-                                          "opt_state": [n for n, _ in state_targets]}, skipped)
+                                          "opt_state": [n for n, _ in state_targets]}, skipped, notes)
     report.log_skips(os.fspath(path))
     return report

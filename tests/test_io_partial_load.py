@@ -79,3 +79,32 @@ def test_a_strict_load_reports_everything_loaded(tmp_path):
     report = mf.load(path, model={"w": np.zeros(2)})
     assert report.loaded["model"] == ["w"] and report.skipped == {"model": {}, "opt_state": {}}
     assert report.describe() == "loaded 1 model array and 0 optimiser leaves; skipped nothing"
+
+
+def test_a_partial_load_says_when_the_optimiser_is_left_with_two_learning_rates(tmp_path, caplog):
+    pretrained = classifier(3, seed=0)
+    path = mf.save(tmp_path / "c.h5", model=pretrained,
+                   opt_state=mf.optim.setup(mf.optim.Adam(1e-3), pretrained))
+    model = classifier(5, seed=1)
+    state = mf.optim.setup(mf.optim.Adam(1e-2), model)
+    with caplog.at_level(logging.WARNING, logger="minflux.io"):
+        report = mf.load(path, model=model, opt_state=state, strict=False)
+    lrs = {name: leaf.rule.lr for name, leaf in mf.optim.named_state_leaves(state)}
+    assert lrs == {"layers.0.W": 1e-3, "layers.0.b": 1e-3, "layers.1.W": 1e-2, "layers.1.b": 1e-2}
+    expected = ("the optimiser now has two sets of hyperparameters: Adam.lr = 0.001 on the 2 leaves loaded "
+                "from the checkpoint, 0.01 on the 2 leaves left as they were; set one value with "
+                "mf.optim.adjust(opt_state, lr=...)")
+    assert report.notes == [expected]
+    assert report.describe().splitlines()[-1] == f"note: {expected}"
+    assert expected in caplog.text and "WARNING" in caplog.text
+    mf.optim.adjust(state, lr=1e-2)  # what the note says to do gives every leaf one rate
+    assert {leaf.rule.lr for _, leaf in mf.optim.named_state_leaves(state)} == {1e-2}
+
+
+def test_a_partial_load_with_equal_hyperparameters_has_no_note(tmp_path):
+    pretrained = classifier(3, seed=0)
+    path = mf.save(tmp_path / "c.h5", model=pretrained,
+                   opt_state=mf.optim.setup(mf.optim.Adam(1e-3), pretrained))
+    model = classifier(5, seed=1)
+    report = mf.load(path, model=model, opt_state=mf.optim.setup(mf.optim.Adam(1e-3), model), strict=False)
+    assert report.notes == [] and "note:" not in report.describe()

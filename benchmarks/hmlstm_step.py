@@ -1,66 +1,73 @@
 """One HM-LSTM training step (forward, gradient, global-norm clip at 1, Adam): minflux against
-strong PyTorch eager and JAX jit peers, side by side in one process.
+strong PyTorch eager and JAX jit peers, each in its own process, on one core and on all cores.
 
-Sizes: the paper's PTB model (3 x 512, embedding 128, batch 64, segment 100) and a small one
-(2 x 128, batch 32, segment 50), each with and without layer norm. Every implementation starts from
-the same weights (the peers are built from the minflux model: `torch_hmlstm.py`, `jax_hmlstm.py`)
-and trains on the same tokens. Reported: the first step (compilation included: numba kernels from
-a warm disk cache, XLA's compile, PyTorch's none), then the median over repeats (one step of each
-implementation per round), tokens per second,
-and the step's peak memory: the process's peak resident set during the step (reset through
-``/proc/self/clear_refs``) minus its resident set before it after ``malloc_trim``, the same measure
-for all three.
+Sizes: the paper's PTB model (3 x 512, embedding 128, batch 64, segment 100), a small one (2 x 128,
+batch 32, segment 50), each with and without layer norm, and the default experiment's model
+(3 x 128, embedding 64, output embedding 256, layer norm, blend, batch 32, segment 50). Every
+implementation starts from the same weights (the peers are built from the minflux model:
+`torch_hmlstm.py`, `jax_hmlstm.py`, checked against it in ``tests/benchmarks/``) and trains on the
+same tokens.
 
-Every library runs single-threaded (minflux's kernel pool and BLAS, ``torch.set_num_threads(1)``,
-XLA without its Eigen thread pool): on a small shared machine two thread pools slow each other down.
+Each measurement is a fresh process (`_own_process`): one implementation, its first step
+(compilation included: numba kernels from a warm disk cache, XLA's compile, PyTorch's none), then
+``--steps`` timed steps, each with its wall and CPU time, then the step's peak memory (the process's
+peak resident set during a step, reset through ``/proc/self/clear_refs``, minus its resident set
+before it after ``malloc_trim``). Rounds alternate the implementations' order; the table gives
+medians over every round's steps. In the one-core setting a process whose CPU time exceeds its wall
+time by more than 5% is marked invalid.
 
-    python benchmarks/hmlstm_step.py [--sizes small,ptb] [--repeats 5] [--impls auto,mixed,reverse,torch,jax]
+    python benchmarks/hmlstm_step.py [--sizes small,default,ptb] [--rounds 3] [--steps 3]
+        [--impls auto,torch,jax] [--layer-norm off,on] [--settings one,all]
 """
 from __future__ import annotations
 
+import argparse
+import json
 import os
-
-for _var in ("MINFLUX_NUM_THREADS", "NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-             "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
-
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
+import statistics
+import sys
+import time
+from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import minflux as mf  # noqa: E402
-from _common import library_versions, markdown_table, write_results  # noqa: E402
-from models import HMLSTM  # noqa: E402
-from models.boundaries import operations  # noqa: E402
+from _own_process import (MAX_ONE_CORE_RATIO, configure_worker, cores, cpu_per_wall,  # noqa: E402
+                          run_worker, timed)
 
 SIZES = {
-    "small": dict(hidden=128, layers=2, embed=128, batch=32, length=50),
-    "ptb": dict(hidden=512, layers=3, embed=128, batch=64, length=100),
+    "small": dict(hidden=128, layers=2, embed=128, output_embed=None, batch=32, length=50,
+                  cell_form="branch"),
+    "default": dict(hidden=128, layers=3, embed=64, output_embed=256, batch=32, length=50,
+                    cell_form="blend", layer_norm=True),
+    "ptb": dict(hidden=512, layers=3, embed=128, output_embed=None, batch=64, length=100,
+                cell_form="branch"),
 }
 VOCAB = 50
 LR = 0.002
 
 
 def build_model(size, layer_norm, mode="mixed"):
+    import numpy as np
+
+    from models import HMLSTM
+
     return HMLSTM(VOCAB, embed_size=size["embed"], hidden_sizes=(size["hidden"],) * size["layers"],
-                  layer_norm=layer_norm, cell_form="branch", mode=mode, rng=np.random.default_rng(0),
-                  dtype=np.float32)
+                  output_embed_size=size["output_embed"], layer_norm=layer_norm,
+                  cell_form=size["cell_form"], mode=mode, rng=np.random.default_rng(0), dtype=np.float32)
 
 
 def batch(size):
+    import numpy as np
+
     tokens = np.random.default_rng(1).integers(0, VOCAB, size=(size["batch"], size["length"] + 1))
     return tokens[:, :-1], tokens[:, 1:]
 
 
 def minflux_step(size, layer_norm, mode):
+    import minflux as mf
+    from models.boundaries import operations
+
     model = build_model(size, layer_norm, mode)
     opt = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0), mf.optim.Adam(LR)), model)
     x, y = batch(size)
@@ -73,10 +80,13 @@ def minflux_step(size, layer_norm, mode):
     def step():
         (_, boundaries), (grads,) = mf.withgradient(loss_fn, model)
         mf.optim.update(opt, model, grads)
-        copying = operations(boundaries)[..., 1:] == 0    # the layers above the first (zero initial z)
-        step.copy_fractions.append(float(copying.mean()))
+        step.boundaries = boundaries
 
-    step.copy_fractions = []
+    def copy_fraction() -> float:
+        """The share of COPY operations in the layers above the first (zero initial z)."""
+        return float((operations(step.boundaries)[..., 1:] == 0).mean())
+
+    step.copy_fraction = copy_fraction
     return step
 
 
@@ -92,6 +102,7 @@ def torch_step(size, layer_norm):
 
 def jax_step(size, layer_norm):
     import jax
+    import numpy as np
 
     import jax_hmlstm
 
@@ -145,120 +156,136 @@ def peak_step_bytes(step) -> int | None:
         return None
 
 
-def measure(impls, size, layer_norm, repeats) -> dict:
-    """Each implementation's first step (compilation included), then its steps timed in turns (one
-    step of each per round, so a change of machine load falls on all alike), then its peak memory."""
-    steps, results = {}, {}
-    for impl in impls:
-        start = time.perf_counter()
-        steps[impl] = BUILDERS[impl](size, layer_norm)
-        steps[impl]()
-        results[impl] = {"first_step_s": time.perf_counter() - start, "times": []}
-    for _ in range(repeats):
-        for impl, step in steps.items():
-            start = time.perf_counter()
-            step()
-            results[impl]["times"].append(time.perf_counter() - start)
-    for impl, step in steps.items():
-        r = results[impl]
-        r["seconds"] = statistics.median(r["times"])
-        r["peak_bytes"] = peak_step_bytes(step)
-        if hasattr(step, "copy_fractions"):
-            r["copy_fraction"] = statistics.mean(step.copy_fractions[1:1 + repeats])
+
+
+def worker(setting: str, impl: str, size_name: str, layer_norm: str, steps: str) -> int:
+    """One implementation in this process: first step, ``steps`` timed steps, peak memory (JSON)."""
+    configure_worker(setting)
+    size = SIZES[size_name]
+    start = time.perf_counter()
+    step = BUILDERS[impl](size, layer_norm == "on")
+    step()
+    first = time.perf_counter() - start
+    samples = timed(step, int(steps))
+    result = {"first_step_s": first, "samples": samples, "peak_bytes": peak_step_bytes(step)}
+    if hasattr(step, "copy_fraction"):
+        result["copy_fraction"] = step.copy_fraction()
+    print(json.dumps(result))
+    return 0
+
+
+def measure(setting, impls, size_name, layer_norm, rounds, steps) -> dict:
+    """Every implementation in its own process per round, the order rotated each round."""
+    runs = {impl: [] for impl in impls}
+    for r in range(rounds):
+        for impl in impls[r % len(impls):] + impls[:r % len(impls)]:
+            runs[impl].append(run_worker(__file__, [impl, size_name, layer_norm, steps], setting))
+    results = {}
+    for impl, outs in runs.items():
+        samples = [s for o in outs for s in o["samples"]]
+        walls = [w for w, _ in samples]
+        results[impl] = {
+            "seconds": statistics.median(walls), "cpu_per_wall": cpu_per_wall(samples),
+            "cpu_per_wall_runs": [cpu_per_wall(o["samples"]) for o in outs], "samples": samples,
+            "first_step_s": statistics.median(o["first_step_s"] for o in outs),
+            "peak_bytes": None if outs[0]["peak_bytes"] is None else max(o["peak_bytes"] for o in outs),
+        }
+        if "copy_fraction" in outs[0]:
+            results[impl]["copy_fraction"] = statistics.mean(o["copy_fraction"] for o in outs)
     return results
 
 
-def matmul_rates(size) -> dict:
-    """Single-threaded GFLOP/s of one step's product shape, ``(B, 3H) @ (3H, 4H)``, per library."""
-    shape = (size["batch"], 3 * size["hidden"], 4 * size["hidden"])
-    a = np.random.default_rng(0).random(shape[:2], dtype=np.float32)
-    b = np.random.default_rng(1).random(shape[1:], dtype=np.float32)
-    products = {"numpy": lambda: a @ b}
-    try:
-        import torch
-        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-        products["torch"] = lambda: ta @ tb
-    except ImportError:
-        pass
-    try:
-        import jax
-        ja, jb = jax.numpy.asarray(a), jax.numpy.asarray(b)
-        jitted = jax.jit(lambda a, b: a @ b)
-        products["jax"] = lambda: jitted(ja, jb).block_until_ready()
-    except ImportError:
-        pass
-    rates = {}
-    for name, product in products.items():
-        product()
-        times = []
-        for _ in range(20):
-            start = time.perf_counter()
-            product()
-            times.append(time.perf_counter() - start)
-        rates[name] = 2 * np.prod(shape) / statistics.median(times) / 1e9
-    return {"shape": shape, "gflops": rates}
+def library_versions() -> str:
+    found = []
+    for name in ("torch", "jax"):
+        try:
+            found.append(f"{name} {__import__(name).__version__}")
+        except ImportError:
+            pass
+    return ", ".join(found)
 
 
-def settings() -> str:
-    return (f"single-threaded everywhere (MINFLUX_NUM_THREADS={os.environ['MINFLUX_NUM_THREADS']}, "
-            f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}, torch.set_num_threads(1), "
-            f"XLA_FLAGS='{os.environ['XLA_FLAGS']}'); {library_versions()}")
+def table(results: dict, rounds: int, steps: int, load: list) -> str:
+    from _common import markdown_table
+
+    rows, speedups = [], []
+    for key, entry in results["cases"].items():
+        for setting, by_impl in entry["settings"].items():
+            for impl, r in by_impl.items():
+                vs = [f"{r['tokens_per_s'] / by_impl[p]['tokens_per_s']:.2f}x" if p in by_impl else "n/a"
+                      for p in ("torch", "jax")]
+                peak = "n/a" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.0f} MiB"
+                ratio = f"{r['cpu_per_wall']:.2f}"
+                if setting == "one" and max(r["cpu_per_wall_runs"]) > MAX_ONE_CORE_RATIO:
+                    ratio += " (invalid)"
+                copying = f"{r['copy_fraction']:.0%}" if "copy_fraction" in r else ""
+                rows.append([entry["size_name"], "on" if entry["layer_norm"] else "off",
+                             "one core" if setting == "one" else f"all cores ({results['cores']})",
+                             LABELS[impl], f"{r['seconds'] * 1e3:.0f}", f"{r['tokens_per_s']:.0f}", *vs,
+                             ratio, f"{r['first_step_s']:.1f}", peak, copying])
+        if set(entry["settings"]) == {"one", "all"}:
+            one, every = entry["settings"]["one"], entry["settings"]["all"]
+            speedups.append([entry["size_name"], "on" if entry["layer_norm"] else "off"] +
+                            [f"{one[i]['seconds'] / every[i]['seconds']:.2f}x" if i in one and i in every
+                             else "n/a" for i in results["impls"]])
+    text = markdown_table(["size", "layer norm", "setting", "implementation", "ms / step", "tokens / s",
+                           "vs PyTorch", "vs JAX", "CPU / wall", "first step (s)", "step peak memory",
+                           "COPY rows (upper layers)"], rows)
+    if speedups:
+        text += "\nSpeed-up from one core to all cores (step time on one core / on all):\n\n"
+        text += markdown_table(["size", "layer norm"] + [LABELS[i] for i in results["impls"]], speedups)
+    text += (f"\nEach implementation in its own process, {rounds} rounds in rotated order, {steps} timed steps "
+             f"per process after the first; medians over all steps. One core: every process pinned to one "
+             f"core (affinity), MINFLUX/OPENBLAS/OMP/MKL_NUM_THREADS=1, PJRT_NPROC=1, "
+             f"torch.set_num_threads(1); CPU / wall above {MAX_ONE_CORE_RATIO} marks a run invalid. All "
+             f"cores: each framework's defaults on {results['cores']} cores (PyTorch told the count). "
+             f"{results['versions']}. Load average (1 min) {load[0]:.1f} before and {load[1]:.1f} after. "
+             "minflux skips the gate products of the rows that COPY (their share is the last column; "
+             "the peers compute every row).\n")
+    return text
 
 
 def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        return worker(*sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="small,ptb")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--impls", default="auto,mixed,reverse,torch,jax")
-    parser.add_argument("--layer-norm", default="off,on", help="off, on or off,on")
+    parser.add_argument("--sizes", default="small,default,ptb")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--impls", default="auto,torch,jax")
+    parser.add_argument("--layer-norm", default="off,on", help="off, on or off,on (the default size is always on)")
+    parser.add_argument("--settings", default="one,all")
     args = parser.parse_args(argv)
-    impls = args.impls.split(",")
-    try:
-        import torch
-        torch.set_num_threads(1)
-    except ImportError:
-        impls = [i for i in impls if i != "torch"]
-    try:
-        import jax  # noqa: F401
-    except ImportError:
-        impls = [i for i in impls if i != "jax"]
+    impls = [i for i in args.impls.split(",")
+             if i not in ("torch", "jax") or _importable(i)]
+    from _common import write_results
+
     load_before = os.getloadavg()
-    results, rows = {}, []
-    for name in args.sizes.split(","):
-        size = SIZES[name]
-        tokens = size["batch"] * size["length"]
-        for ln in args.layer_norm.split(","):
-            layer_norm = ln == "on"
-            key = f"{name}{'_ln' if layer_norm else ''}"
-            entry = measure(impls, size, layer_norm, args.repeats)
-            for impl, r in entry.items():
-                r["tokens_per_s"] = tokens / r["seconds"]
-                print(f"{key} {impl}: {r['seconds'] * 1e3:.0f} ms (first {r['first_step_s']:.1f} s)", file=sys.stderr)
-            results[key] = {"size": size, "layer_norm": layer_norm, **entry}
-            for impl, r in entry.items():
-                vs = [f"{r['tokens_per_s'] / entry[p]['tokens_per_s']:.2f}x" if p in entry else "n/a"
-                      for p in ("torch", "jax")]
-                peak = "n/a" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.0f} MiB"
-                copying = f"{r['copy_fraction']:.0%}" if "copy_fraction" in r else ""
-                rows.append([name, "on" if layer_norm else "off", LABELS[impl], f"{r['seconds'] * 1e3:.0f}",
-                             f"{r['tokens_per_s']:.0f}", *vs, f"{r['first_step_s']:.1f}", peak, copying])
-    load_after = os.getloadavg()
-    rates = {name: matmul_rates(SIZES[name]) for name in args.sizes.split(",")}
-    results["matmul_rates"] = rates
-    results["settings"] = settings()
-    results["load_average_1min"] = [load_before[0], load_after[0]]
-    table = markdown_table(["size", "layer norm", "implementation", "ms / step", "tokens / s", "vs PyTorch",
-                            "vs JAX", "first step (s)", "step peak memory", "COPY rows (upper layers)"], rows)
-    table += (f"\nMedian of {args.repeats} steps after the first, the implementations timed in turns; "
-              f"{settings()}. Load average (1 min) "
-              f"{load_before[0]:.1f} before and {load_after[0]:.1f} after, on 2 cores shared with other work. "
-              "minflux skips the gate products of the rows that COPY (their share is the last column; "
-              "the peers compute every row). One step's matrix product, single-threaded, in GFLOP/s: "
-              + "; ".join(f"{name} {r['shape'][0]}x{r['shape'][1]} @ {r['shape'][1]}x{r['shape'][2]}: "
-                          + ", ".join(f"{lib} {rate:.0f}" for lib, rate in r["gflops"].items())
-                          for name, r in rates.items()) + ".\n")
-    write_results("hmlstm_step", results, table)
+    results = {"impls": impls, "cores": cores(), "versions": library_versions(), "cases": {}}
+    for size_name in args.sizes.split(","):
+        size = SIZES[size_name]
+        norms = ["on"] if size.get("layer_norm") else args.layer_norm.split(",")
+        for ln in norms:
+            key = size_name + ("_ln" if ln == "on" and "layer_norm" not in size else "")
+            entry = results["cases"][key] = {"size_name": size_name, "size": size,
+                                             "layer_norm": ln == "on", "settings": {}}
+            for setting in args.settings.split(","):
+                by_impl = measure(setting, impls, size_name, ln, args.rounds, args.steps)
+                for impl, r in by_impl.items():
+                    r["tokens_per_s"] = size["batch"] * size["length"] / r["seconds"]
+                    print(f"{key} {setting} {impl}: {r['seconds'] * 1e3:.0f} ms, CPU/wall "
+                          f"{r['cpu_per_wall']:.2f}", file=sys.stderr, flush=True)
+                entry["settings"][setting] = by_impl
+    load = [load_before[0], os.getloadavg()[0]]
+    results["load_average_1min"] = load
+    write_results("hmlstm_step", results, table(results, args.rounds, args.steps, load))
     return 0
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
 
 
 if __name__ == "__main__":

@@ -21,14 +21,36 @@ from .rules import define
 
 
 RULES: dict[str, "ScalarRule"] = {}  # derivative-table name -> rule, for code that emits calls to it
+_made: dict[str, int] = {}           # module-qualified name -> how many rules have been made under it
+
+
+def _unique_name(fn: Callable) -> str:
+    """The table name of a new rule for ``fn``: its module-qualified name, with ``#n`` appended from
+    the second rule of that name on (two closures of one factory, two lambdas of one module), so that
+    no rule ever replaces another and no name is used twice in a process."""
+    base = f"{fn.__module__}.{fn.__qualname__}"
+    n = _made.get(base, 0) + 1
+    _made[base] = n
+    return base if n == 1 else f"{base}#{n}"
 
 
 class ScalarRule:
     """The compiler's side of `mf.scalar_rule`: the table row and the function's typed subroutine.
 
     ``partials`` holds one rule ``lambda m, *args, y: ...`` per argument (missing trailing rules and
-    None make an argument non-differentiable); the row is registered under ``op``, the function's
-    module-qualified name.
+    None make an argument non-differentiable); the row is registered under ``op``: the function's
+    module-qualified name, made unique per rule. Each rule is its own primitive, so two rules made by
+    one factory (``make(2.0)`` and ``make(3.0)`` of the same ``def``) keep their own values and
+    derivatives in the table, in fused expressions and in every kernel cache; rows stay in the table
+    for the life of the process (a deferred expression may still name a rule whose function is gone).
+
+    >>> import numpy as np
+    >>> from minflux.compiler.rules import TABLE
+    >>> def make(a):
+    ...     return ScalarRule(lambda x: a * x, (lambda m, x, y: a,))
+    >>> twice, thrice = make(2.0), make(3.0)
+    >>> twice.op != thrice.op, TABLE[twice.op].impl(np, np.ones(1)), TABLE[thrice.op].impl(np, np.ones(1))
+    (True, array([2.]), array([3.]))
     """
 
     def __init__(self, fn: Callable, partials: tuple):
@@ -38,7 +60,7 @@ class ScalarRule:
             raise TypeError(f"scalar_rule got {len(partials)} derivative rules for {fn.__qualname__}, "
                             f"which takes {self.arity} arguments")
         self.partials = tuple(partials) + (None,) * (self.arity - len(partials))
-        self.op = f"{fn.__module__}.{fn.__qualname__}"
+        self.op = _unique_name(fn)
         self._subroutines: dict | None = None
         define(self.op, self.impl, *self.partials, doc=fn.__doc__ or "")
         RULES[self.op] = self

@@ -35,3 +35,48 @@ def describe_nonfinite(names: list[str]) -> str:
     n = len(names) - 1
     more = f" (nor are those of {n} more array{'s' if n > 1 else ''}: {', '.join(names[1:6])})" if n else ""
     return f"the gradient of {names[0]} is not finite{more}"
+
+
+OVERFLOWED = ("the global gradient norm overflowed (every gradient element is finite, but their squares "
+              "sum to more than the dtype holds)")
+
+
+def _first_rule(rule):
+    return rule.rules[0] if isinstance(rule, mf.optim.OptimiserChain) and rule.rules else rule
+
+
+def _norm_checks_finiteness(opt_state) -> bool:
+    """Whether every parameter's update starts with ``ClipNorm(throw=True)`` (so the norm it reads
+    raises for any NaN or infinite gradient element, before anything changes)."""
+    leaves = [leaf for _, leaf in mf.optim.named_state_leaves(opt_state)]
+    firsts = [_first_rule(leaf.rule) for leaf in leaves]
+    return bool(leaves) and all(not leaf.frozen and isinstance(first, mf.optim.ClipNorm) and first.throw
+                                for leaf, first in zip(leaves, firsts))
+
+
+def update_if_finite(opt_state, model, grads) -> str | None:
+    """`minflux.optim.update` unless a gradient holds a NaN or an infinity: then nothing changes and
+    the reason is returned (naming the arrays, see `describe_nonfinite`), else None.
+
+    One reduction over the gradients and one read from the device per update: with a throwing
+    `ClipNorm` first, the norm it reads answers both questions (the arrays are named only once the
+    norm was not finite); without one, `nonfinite_leaves` checks before the update.
+
+    >>> model = {"w": np.zeros(2)}
+    >>> state = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0, throw=True), mf.optim.Descent(1.0)),
+    ...                        model)
+    >>> update_if_finite(state, model, {"w": np.array([np.nan, 1.0])}), model["w"]
+    ('the gradient of w is not finite', array([0., 0.]))
+    >>> update_if_finite(state, model, {"w": np.array([3.0, 4.0])}), model["w"]
+    (None, array([-0.6, -0.8]))
+    """
+    if not _norm_checks_finiteness(opt_state):
+        bad = nonfinite_leaves(grads)
+        if bad:
+            return describe_nonfinite(bad)
+    try:
+        mf.optim.update(opt_state, model, grads)
+    except FloatingPointError:  # the norm was not finite; nothing was updated
+        bad = nonfinite_leaves(grads)
+        return describe_nonfinite(bad) if bad else OVERFLOWED
+    return None

@@ -40,7 +40,7 @@ from minflux.files import write_atomically
 from .boundary_watch import BoundaryWatch
 from .config import Config, OptimConfig, dump_toml, parse_config
 from .data import StreamBatcher
-from .divergence import TrainingDiverged, describe_nonfinite, nonfinite_leaves
+from .divergence import TrainingDiverged, update_if_finite
 from .evaluate import Evaluation, evaluate_tokens
 from .metrics import MetricsLog
 from .parallel import DataParallel
@@ -306,14 +306,9 @@ class Trainer:
         loss, grads, rates = self.parallel.average(float(mf.to_numpy(loss)), grads, rates)
         if not math.isfinite(loss):
             raise self._diverged(f"the loss is {loss}")
-        bad = nonfinite_leaves(grads)
-        if bad:
-            raise self._diverged(describe_nonfinite(bad))
-        try:
-            mf.optim.update(self.opt_state, self.model, grads)
-        except FloatingPointError:  # every element finite, but the sum of squares overflowed
-            raise self._diverged("the global gradient norm overflowed (every gradient element is "
-                                 "finite, but their squares sum to more than the dtype holds)") from None
+        problem = update_if_finite(self.opt_state, self.model, grads)
+        if problem:
+            raise self._diverged(problem)
         self.state = new_state
         return loss, rates
 

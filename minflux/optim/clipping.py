@@ -31,20 +31,25 @@ def _device_sum_of_squares(xp, g):
     return xp.vdot(flat, flat).real
 
 
-def _sum_of_squares(g) -> float:
-    return float(_device_sum_of_squares(xp_of(g), g))
+def _device_total(xp, grads):
+    """The sum of squares of every array of ``grads`` together, as one value on their device (one
+    reduction per array, summed there in float64; nothing is read to the host)."""
+    return xp.stack([_device_sum_of_squares(xp, g) for g in grads]).astype(xp.float64).sum()
 
 
 def global_norm(grads: Any) -> float:
     """The L2 norm of all arrays of a gradient tree together (tied arrays counted once, None skipped).
 
-    The result is a Python float (for CuPy arrays this reads the norm from the device).
+    The result is a Python float (for CuPy arrays this reads the norm from the device, once).
 
     >>> import numpy as np, minflux as mf
     >>> mf.optim.global_norm({"a": np.array([3.0]), "b": np.array([4.0]), "c": None})
     5.0
     """
-    return math.sqrt(sum(_sum_of_squares(g) for _, g in named_leaves(grads, trainable_only=False)))
+    arrays = [g for _, g in named_leaves(grads, trainable_only=False)]
+    if not arrays:
+        return 0.0
+    return math.sqrt(float(_device_total(xp_of(*arrays), arrays)))
 
 
 def clip_factor(norm: float, max_norm: float) -> float:
@@ -94,7 +99,10 @@ class ClipNorm(GlobalRule):
     parameters and parameters without a gradient excluded), as in Pascanu et al. (2013). On the GPU
     the norm and the factor stay on the device (no synchronisation), so a NaN or infinite norm
     passes through (an infinite one zeroes the finite elements); ``throw=True`` instead raises
-    ``FloatingPointError`` for such a norm, which reads it on the host once per update.
+    ``FloatingPointError`` for such a norm, which reads it on the host once per update. Any NaN or
+    infinite element makes the norm NaN or infinite, so a finite norm also says that every gradient
+    element is finite: a training loop needs no second check (a norm that only overflowed, every
+    element finite, is infinite as well).
 
     >>> import numpy as np, minflux as mf
     >>> model = {"a": np.zeros(1), "b": np.zeros(1)}
@@ -109,8 +117,9 @@ class ClipNorm(GlobalRule):
 
     def apply_all(self, states, params, grads):
         xp = xp_of(*grads)
+        total = _device_total(xp, grads)
         if xp is np or self.throw:
-            norm = math.sqrt(sum(_sum_of_squares(g) for g in grads))
+            norm = math.sqrt(float(total))  # the update's one read from the device
             if self.throw and not math.isfinite(norm):
                 raise FloatingPointError(f"ClipNorm: the global gradient norm is {norm}; a NaN or "
                                          "infinity reached the gradients")
@@ -122,6 +131,6 @@ class ClipNorm(GlobalRule):
                 with np.errstate(invalid="ignore"):
                     return list(states), [scale_by(g, factor) for g in grads]
         else:
-            norm = xp.sqrt(sum(_device_sum_of_squares(xp, g) for g in grads))
+            norm = xp.sqrt(total)
             factor = xp.minimum(1.0, self.max_norm / xp.maximum(norm, 1e-30))
         return list(states), [scale_by(g, factor) for g in grads]

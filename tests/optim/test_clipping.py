@@ -81,10 +81,57 @@ def test_clip_norm_device_path_matches_the_host_path(monkeypatch, max_norm):
     grads = [np.array([3.0, 0.0]), np.array([[4.0]])]
     rule = optim.ClipNorm(max_norm)
     _, host = rule.apply_all([(), ()], [None, None], grads)
-    device_like = types.SimpleNamespace(sqrt=np.sqrt, minimum=np.minimum, maximum=np.maximum, vdot=np.vdot)
+    device_like = types.SimpleNamespace(sqrt=np.sqrt, minimum=np.minimum, maximum=np.maximum, vdot=np.vdot,
+                                        stack=np.stack, float64=np.float64)
     monkeypatch.setattr(clipping, "xp_of", lambda *arrays: device_like)
     _, device = rule.apply_all([(), ()], [None, None], grads)
     for a, b in zip(host, device):
         np.testing.assert_array_equal(a, b)
     if max_norm == 2.5:
         np.testing.assert_array_equal(device[0], [1.5, 0.0])
+
+
+class _Counted(np.ndarray):
+    """A numpy array standing in for a device array: converting it to a Python number is a host read."""
+
+    def __float__(self):
+        mf.transfer_guard.note_transfer("float() of a device array")
+        return float(self.view(np.ndarray))
+
+
+def _device_module():
+    """numpy functions whose results stand in for device arrays (reading one counts as a transfer)."""
+    import types
+
+    def counted(fn):
+        return lambda *args, **kwargs: np.asarray(fn(*args, **kwargs)).view(_Counted)
+
+    return types.SimpleNamespace(sqrt=counted(np.sqrt), minimum=counted(np.minimum),
+                                 maximum=counted(np.maximum), vdot=counted(np.vdot),
+                                 stack=counted(np.stack), float64=np.float64)
+
+
+@pytest.mark.parametrize("throw", [True, False])
+def test_clip_norm_reads_the_device_once_per_update_whatever_the_number_of_arrays(monkeypatch, throw):
+    import minflux.optim.clipping as clipping
+
+    grads = [np.full(3, 2.0), np.full((2, 2), 1.0), np.array([4.0]), np.zeros(5)]
+    expected = clipping.ClipNorm(1.0).apply_all([()] * 4, [None] * 4, grads)[1]
+    monkeypatch.setattr(clipping, "xp_of", lambda *arrays: _device_module())
+    with mf.no_host_transfers(strict=False) as transfers:
+        _, clipped = clipping.ClipNorm(1.0, throw=throw).apply_all([()] * 4, [None] * 4, grads)
+    assert transfers.count == (1 if throw else 0)
+    for a, b in zip(clipped, expected):
+        np.testing.assert_allclose(np.asarray(a), b, rtol=1e-15)
+    with mf.no_host_transfers(strict=False) as transfers:
+        assert optim.global_norm(grads) == math.sqrt(12 + 4 + 16)
+    assert transfers.count == 1
+
+
+def test_a_finite_norm_means_every_element_is_finite_and_an_overflow_still_raises():
+    model = {"a": np.zeros(2, np.float32), "b": np.zeros(1, np.float32)}
+    state = optim.setup(optim.chain(optim.ClipNorm(1.0, throw=True), optim.Descent(1.0)), model)
+    for bad in ([np.nan, 0.0], [np.inf, 0.0], [-np.inf, 1.0], [3e38, 3e38]):   # the last overflows
+        with pytest.raises(FloatingPointError):
+            optim.update(state, model, {"a": np.array(bad, np.float32), "b": np.ones(1, np.float32)})
+        assert not model["a"].any() and not model["b"].any()   # nothing changed

@@ -198,3 +198,33 @@ def test_a_detector_that_fires_sometimes_is_not_reported(cfg, tmp_path, tiny_mod
     out = tmp_path / "run"
     assert main(["--config", str(cfg), "--out", str(out), "--set", "train.max_steps=20"]) == 0
     assert "boundary detector" not in capsys.readouterr().err + RunDir(out).log.read_text()
+
+
+@pytest.mark.parametrize("clip_norm, checks", [(1.0, 0), (0.0, 4)])
+def test_finite_gradients_are_checked_by_the_clipping_norm_alone(cfg, tmp_path, tiny_model, monkeypatch,
+                                                                clip_norm, checks):
+    """With clipping, the norm ClipNorm reads answers whether every gradient is finite: no second
+    pass over the gradients (and no second read from the device) per step."""
+    from train import divergence, loop
+
+    calls = []
+    real = divergence.nonfinite_leaves
+
+    def counted(grads):
+        calls.append(1)
+        return real(grads)
+
+    monkeypatch.setattr(divergence, "nonfinite_leaves", counted)
+    monkeypatch.setattr(loop, "nonfinite_leaves", counted, raising=False)
+    config = load_config(cfg, ["train.max_steps=4", f"optim.clip_norm={clip_norm}"])
+    outcome = train(config, RunDir(tmp_path / "run"))
+    assert outcome.position.step == 4 and len(calls) == checks
+
+
+def test_an_overflowing_norm_of_finite_gradients_is_named_as_such():
+    from train.divergence import OVERFLOWED, update_if_finite
+
+    model = {"w": np.zeros(2, np.float32)}
+    state = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0, throw=True), mf.optim.Adam(0.1)), model)
+    assert update_if_finite(state, model, {"w": np.array([3e38, 3e38], np.float32)}) == OVERFLOWED
+    assert not model["w"].any()

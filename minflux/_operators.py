@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 
+from ._call_site import UNKNOWN, called_function
 from .autograd import active_tape
 from .backend import to_numpy
 from . import ops
@@ -41,15 +42,51 @@ def _caller() -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "<unknown>"
 
 
-def _lost_gradient(operation: str, instead: str) -> TypeError:
+def _lost_gradient(operation: str, instead: str, carrier: str = "numpy") -> TypeError:
     return TypeError(
-        f"{operation} was applied at {_caller()} to a Tensor that mf.gradient is tracking; numpy cannot "
-        f"carry gradients, so this one would be silently lost. {instead} If the value is meant to be "
-        f"a constant, say so with mf.stop_gradient(t) first.")
+        f"{operation} was applied at {_caller()} to a Tensor that mf.gradient is tracking; {carrier} "
+        f"cannot carry gradients, so this one would be silently lost. {instead} If the value is meant "
+        f"to be a constant, say so with mf.stop_gradient(t) first.")
+
+
+_MATH_ALTERNATIVES = {"fabs": "abs", "pow": "power", "fsum": "sum", "fmod": "mod"}
+_READ = ("To read the value as a number for control flow or logging (which drops the gradient, as "
+         "mf.stop_gradient does), write float(t) or t.item().")
+
+
+def _float(self):
+    """``float(t)``: the value as a Python float, a read that drops the gradient.
+
+    Every other path to ``__float__`` on a tracked Tensor (``math.exp(t)``, ``np.float64(t)``,
+    ``"%f" % t``) is an error: its result would enter the loss as a constant without a word.
+    """
+    if _recording(self):
+        function = called_function(sys._getframe(1))
+        if function is not float:
+            raise _float_conversion_error(function)
+    return float(self.value)
+
+
+def _float_conversion_error(function) -> TypeError:
+    module = getattr(function, "__module__", None)
+    name = getattr(function, "__name__", None)
+    if module in ("math", "cmath") and name:
+        alternative = _MATH_ALTERNATIVES.get(name, name)
+        known = hasattr(ops, alternative) or hasattr(pw, alternative)
+        instead = f"Use mf.{alternative} instead. " if known else "Use minflux ops on the Tensor. "
+        return _lost_gradient(f"{module}.{name}", instead + _READ, carrier="the math module")
+    if isinstance(function, type) and issubclass(function, np.generic):
+        return _lost_gradient(f"np.{name}", f"Use mf.astype(t, np.{name}) instead. " + _READ)
+    what = (f"a conversion to a Python float inside {name}(...)" if function is not UNKNOWN and name
+            else "a conversion to a Python float (math.*, '%f' formatting, a numpy scalar type)")
+    return _lost_gradient(what, "Use minflux ops on the Tensor. " + _READ, carrier="a Python float")
 
 
 def _array(self, dtype=None, copy=None):
     if _recording(self):
+        function = called_function(sys._getframe(1))  # np.float64(t) lands here once __float__ refused
+        if isinstance(function, type) and issubclass(function, np.generic):
+            raise _float_conversion_error(function)
         raise _lost_gradient("a conversion to a numpy array (np.asarray, np.array, a numpy function)",
                              "Use minflux ops on the Tensor (mf.sum, mf.concatenate, mf.einsum, ...).")
     out = to_numpy(self.value)
@@ -180,6 +217,7 @@ def install(tensor_type: type) -> None:
     tensor_type.__getitem__ = lambda self, index: getitem(self, index)
     tensor_type.__iter__ = _iter
     tensor_type.__array__ = _array
+    tensor_type.__float__ = _float
     tensor_type.__array_function__ = _array_function
     tensor_type.numpy = _numpy
     tensor_type.T = property(_transposed)

@@ -64,9 +64,6 @@ class Tensor:
     def __len__(self):
         return len(self.value)
 
-    def __float__(self):
-        return float(self.value)
-
     def __int__(self):
         return int(self.value)
 

@@ -1,6 +1,8 @@
 """Tensor: the array protocol, Python conversions, methods, and immutability under the tape."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -94,3 +96,50 @@ def test_astype_passes_the_gradient_between_floats_and_none_to_integers():
     np.testing.assert_array_equal(g, [3.0, 3.0])
     with pytest.raises(ValueError, match="does not depend"):
         mf.gradient(lambda x: mf.sum(x.astype(np.int64)), x)
+
+
+MATH_AND_NUMPY_SCALARS = {
+    "math.exp": (lambda t: t * math.exp(t), "Use mf.exp instead"),
+    "math.log": (lambda t: t * math.log(t), "Use mf.log instead"),
+    "math.tanh": (lambda t: t + math.tanh(t), "Use mf.tanh instead"),
+    "math.fabs": (lambda t: t * math.fabs(t), "Use mf.abs instead"),
+    "math.pow": (lambda t: math.pow(t, 2.0) + t, "Use mf.power instead"),
+    "np.float64": (lambda t: t * np.float64(t), "Use mf.astype(t, np.float64) instead"),
+    "np.float32": (lambda t: t * np.float32(t), "Use mf.astype(t, np.float32) instead"),
+    "a conversion to a Python float": (lambda t: t * float("%.6f" % t), "write float(t) or t.item()"),
+}
+
+
+@pytest.mark.parametrize("operation", sorted(MATH_AND_NUMPY_SCALARS))
+def test_math_and_numpy_scalars_of_a_tracked_tensor_name_the_minflux_function(operation):
+    """They would enter the loss as constants: t * math.exp(t) would get exp(t) as its gradient."""
+    f, instead = MATH_AND_NUMPY_SCALARS[operation]
+    with pytest.raises(TypeError) as info:
+        mf.gradient(lambda t: mf.sum(f(t)), np.array(1.5))
+    message = str(info.value)
+    assert message.startswith(operation) and instead in message and __file__ in message
+    assert "float(t) or t.item()" in message and "drops the gradient" in message
+
+
+def test_float_int_and_item_read_the_value_and_drop_the_gradient():
+    """The documented reads: d/dx (x * c) with c = x read as a number is c, not 2x."""
+    as_float = float
+
+    def f(t):
+        assert float(t) == 3.0 and int(t) == 3 and t.item() == 3.0 and as_float(t) == 3.0
+        assert [float(v) for v in mf.reshape(t, (1,))] == [3.0]
+        return t * float(t) + t * t.item() + t * int(t) + t * as_float(t + 1)
+    g, = mf.gradient(f, np.array(3.0))
+    assert g == 3.0 + 3.0 + 3.0 + 4.0
+
+
+def test_math_and_numpy_scalars_of_an_untracked_tensor_are_plain_reads():
+    t = mf.Tensor(np.array(2.0))
+    assert math.exp(t) == math.exp(2.0) and np.float64(t) == 2.0 and "%.1f" % t == "2.0"
+
+    def f(x):
+        assert math.exp(mf.stop_gradient(x)) == math.exp(2.0)
+        with mf.no_grad():
+            assert np.float64(x) == 2.0
+        return mf.sum(x)
+    assert mf.gradient(f, np.array(2.0))[0] == 1.0

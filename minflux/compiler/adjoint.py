@@ -14,11 +14,13 @@ The no-leaked-NaN rule: a select ``where(c, a, b)`` sends the adjoint to ``a`` o
 holds and to ``b`` elsewhere, so the values of a branch a lane did not take receive an adjoint of
 exactly zero. Their partials may be infinite or NaN there (``sqrt`` of a negative number, ``log`` of
 0, ``exp`` that overflowed), so a product with a partial that may not be finite is masked:
-``where(adj != 0, adj * r, 0)``. A zero adjoint annihilates, as in ForwardDiff's NaN-safe mode, and
-the result is the function's partial on the path each lane took. Partials built only from the
-inputs, constants and operations that map finite numbers to finite numbers (``+``, ``-``, ``*``,
-``tanh``, ``sigmoid``, selects, ...) skip the mask; such a product overflows only where the
-function's own values do.
+``where(adj == 0, 0, adj * r)``. The mask is symmetric: an adjoint that may be infinite (it has
+met ``sqrt`` at 0) times a zero partial (relu's below 0, ``d(x*x)/dx`` at 0) is 0 too, so
+``sqrt(relu(x))`` at ``x <= 0`` gives 0 as in forward mode and on the tape. A zero factor
+annihilates, as in ForwardDiff's NaN-safe mode, and the result is the function's partial on the
+path each lane took. Factors built only from the inputs, constants and operations that map finite
+numbers to finite numbers (``+``, ``-``, ``*``, ``tanh``, ``sigmoid``, selects, ...) skip the mask;
+such a product overflows only where the function's own values do.
 
 The result is a `DualFunction` like the dual transform's (same outputs, ``slots`` and ``constants``),
 so backends, the tape node and the derivative table are shared by both modes.
@@ -145,12 +147,24 @@ class _Reverse:
         adj[name] = term if old is None else self.tx.op("add", self.sym(old), self.sym(term)).atom
 
     def masked_product(self, a, r):
-        """``a * r`` where ``a != 0``, else 0: a zero adjoint annihilates an infinite partial."""
+        """``a * r`` where a zero factor annihilates the other: 0 where ``a == 0`` or ``r == 0``.
+
+        A zero adjoint meets an infinite partial on a branch the lane did not take; a zero partial
+        (relu's below 0, the ``2x`` of ``x * x`` at 0) meets an infinite adjoint (from ``sqrt`` at 0).
+        Only a factor whose partner may be infinite or NaN needs the test.
+        """
         op, sym = self.tx.op, self.sym
         product = op("multiply", sym(a), sym(r)).atom
-        if isinstance(a, Const) or isinstance(product, Const) or self.is_finite(r):
+        if isinstance(product, Const):
             return product
-        return op("where", op("not_equal", sym(a), 0.0), sym(product), 0.0).atom
+        tests = [factor for factor, partner in ((a, r), (r, a))
+                 if isinstance(factor, Var) and not self.is_finite(partner)]
+        if not tests:
+            return product
+        zero = op("equal", sym(tests[0]), 0.0)
+        if len(tests) > 1:
+            zero = op("logical_or", zero, op("equal", sym(tests[1]), 0.0))
+        return op("where", zero, 0.0, sym(product)).atom
 
     def sweep(self, output) -> dict:
         """The adjoint of every variable for seed 1 on ``output``."""

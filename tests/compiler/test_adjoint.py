@@ -124,3 +124,38 @@ def test_the_adjoint_never_reuses_a_name_the_function_has():
     partials.update({slot: out for slot, out in zip(dual.slots, outs[1:])})
     np.testing.assert_allclose(np.broadcast_to(partials[(0, 0)], (2,)), [0.5, 0.5])
     np.testing.assert_allclose(np.broadcast_to(partials[(0, 1)], (2,)), [1.0, 1.0])
+
+
+def _sqrt_relu(x):
+    return mf.sqrt(mf.relu(x))
+
+
+def _sqrt_square(x):
+    return mf.sqrt(x * x)
+
+
+def _norm(x, y):
+    return mf.sqrt(x * x + y * y)
+
+
+@pytest.mark.parametrize("mode", ["auto", "adjoint", "mixed", "reverse"])
+def test_a_zero_partial_annihilates_an_infinite_adjoint(backend, mode):
+    """sqrt's partial is inf at 0; the partial it meets there is 0 (relu below 0, 2x at 0): 0, never NaN."""
+    x = np.array([-1.0, 0.0, 4.0])
+    g = mf.gradient(lambda t: mf.sum(mf.broadcast(_sqrt_relu, t, mode=mode)), x)[0]
+    np.testing.assert_array_equal(g, [0.0, 0.0, 0.25])
+    g = mf.gradient(lambda t: mf.sum(mf.broadcast(_sqrt_square, t, mode=mode)), x)[0]
+    np.testing.assert_array_equal(g, [-1.0, 0.0, 1.0])          # sign(x), with the kink's 0 at 0
+    y = np.array([0.0, 0.0, 3.0])
+    gx, gy = mf.gradient(lambda a, b: mf.sum(mf.broadcast(_norm, a, b, mode=mode)), x, y)
+    np.testing.assert_allclose(gx, [-1.0, 0.0, 0.8], rtol=1e-15)   # x / |(x, y)|, 0 at the origin
+    np.testing.assert_allclose(gy, [0.0, 0.0, 0.6], rtol=1e-15)
+
+
+def test_fused_expressions_agree_with_op_by_op_at_an_infinite_partial():
+    """The first call runs op by op, the second fuses (default mode "auto"): the same gradient."""
+    xs = np.concatenate([[-1.0, 0.0, 4.0], np.ones(5000)])
+    with mf.fusion(compile_after=2):
+        for call in range(3):
+            g = mf.gradient(lambda t: mf.sum(mf.sqrt(mf.relu(t))), xs)[0]
+            np.testing.assert_array_equal(g[:4], [0.0, 0.0, 0.25, 0.5])

@@ -56,14 +56,11 @@ def run_worker(script: str, args: list, setting: str, timeout: float = 1800) -> 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def configure_worker(setting: str) -> None:
-    """In a worker, before timing: tell PyTorch its thread count if it is installed."""
-    try:
-        import torch
-    except ImportError:
-        return
-    n = 1 if setting == "one" else cores()
-    torch.set_num_threads(n)
+def configure_torch(setting: str) -> None:
+    """In a PyTorch worker, before timing: tell PyTorch its thread count."""
+    import torch
+
+    torch.set_num_threads(1 if setting == "one" else cores())
 
 
 def timed(fn, steps: int) -> list:

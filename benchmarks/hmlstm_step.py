@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _own_process import (MAX_ONE_CORE_RATIO, configure_worker, cores, cpu_per_wall,  # noqa: E402
+from _own_process import (MAX_ONE_CORE_RATIO, configure_torch, cores, cpu_per_wall,  # noqa: E402
                           run_worker, timed)
 
 SIZES = {
@@ -160,7 +160,8 @@ def peak_step_bytes(step) -> int | None:
 
 def worker(setting: str, impl: str, size_name: str, layer_norm: str, steps: str) -> int:
     """One implementation in this process: first step, ``steps`` timed steps, peak memory (JSON)."""
-    configure_worker(setting)
+    if impl == "torch":
+        configure_torch(setting)
     size = SIZES[size_name]
     start = time.perf_counter()
     step = BUILDERS[impl](size, layer_norm == "on")

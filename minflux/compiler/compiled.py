@@ -34,6 +34,7 @@ from .dual import DualFunction, differentiate
 from .frontend import Parsed, parse
 from .ir import Function
 from .kinds import infer_kinds
+from .layout import plan_layout
 from .loop_limit import check_loop_flags, get_max_loop_iterations
 from .numpy_backend import ArrayOps, evaluate
 
@@ -164,7 +165,7 @@ class CompiledFunction:
     def _run_numba(self, dual: DualFunction, arrays: list, float_dtype, shape: tuple) -> list:
         from . import numba_backend  # numba is imported on the first kernel, not with minflux
 
-        layout = numba_backend.plan_layout(arrays, shape)
+        layout = plan_layout(arrays, shape)
         key = ("numba", id(dual), float_dtype, layout.patterns, numba_backend.BRANCHES)
         hit = self.kernels.get(key)
         if hit is None or hit[0] is not dual:

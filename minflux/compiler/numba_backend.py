@@ -34,9 +34,7 @@ import shutil
 import sys
 import tempfile
 import threading
-from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
@@ -46,12 +44,12 @@ from .cache_directory import kernel_directory
 from .dtypes import kind_dtype
 from .ifconvert import if_convert
 from .ir import Assign, Break, Call, Continue, Function, If, Loop, Return, Var, has_loops
+from .layout import Layout
 from .row_pool import run_rows
 from .threads import get_num_threads
 
 BRANCHES = os.environ.get("MINFLUX_NUMBA_BRANCHES", "auto")  # "auto" | "select" | "real"
 PARALLEL_MIN_ELEMENTS = 1 << 16
-_FLAT_BLOCK = 1 << 14
 
 _FAST32 = {"exp": "exp_f32", "log": "log_f32", "tanh": "tanh_f32", "sigmoid": "sigmoid_f32",
            "log1p": "log1p_f32", "expm1": "expm1_f32", "softplus": "softplus_f32"}
@@ -292,139 +290,6 @@ def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
     for m in range(n_out):
         lines.append(f"            _b{m}[_j] = _y{m}")
     return "\n".join(lines) + "\n"
-
-
-# -- layout ---------------------------------------------------------------------------------------
-
-class Layout(NamedTuple):
-    """How a kernel walks one call's arguments: a ``(rows, inner)`` view of the broadcast shape of
-    ``total`` elements, each input's pattern, each input as the array whose first element the kernel
-    reads from, and the row stride (in elements) of each full input."""
-
-    rows: int
-    inner: int
-    total: int
-    patterns: tuple
-    flats: list
-    strides: tuple
-
-
-@lru_cache(maxsize=1024)
-def _plan(shapes: tuple, shape: tuple, split: int | None = None):
-    """The layout for argument ``shapes`` broadcast to ``shape`` (see `plan_layout`), memoised.
-
-    ``split`` asks for rows over the first ``split`` dimensions of ``shape`` that are not 1 (a layout
-    whose inputs all cover the whole shape or nothing of it can take any split).
-    """
-    total = math.prod(shape)
-    d = len(shape)
-    keep = [i for i in range(d) if shape[i] != 1]
-    dims = [shape[i] for i in keep]
-    masks = []
-    for s in shapes:
-        padded = (1,) * (d - len(s)) + tuple(s)
-        masks.append(tuple(padded[i] != 1 for i in keep))
-    r = len(dims)
-
-    def fits(mask, p):
-        return len(set(mask[:p])) <= 1 and len(set(mask[p:])) <= 1
-
-    if not all(len(set(m)) <= 1 for m in masks):
-        split = next((p for p in range(r - 1, 0, -1) if all(fits(m, p) for m in masks)), r - 1)
-    if split is None:
-        inner = min(total, _FLAT_BLOCK) or 1
-        rows = -(-total // inner) if total else 0
-    else:
-        rows, inner = math.prod(dims[:split]), math.prod(dims[split:])
-    patterns, materialise = [], []
-    for s, mask in zip(shapes, masks):
-        if split is not None and not fits(mask, split):
-            patterns.append("F")
-            materialise.append(True)
-            continue
-        outer_full = any(mask[:split]) if split is not None else any(mask)
-        inner_full = any(mask[split:]) if split is not None else any(mask)
-        pattern = "F" if outer_full and inner_full else "R" if outer_full else "C" if inner_full else "S"
-        patterns.append(pattern)
-        materialise.append(pattern == "F" and tuple(s) != tuple(shape))
-    return rows, inner, total, tuple(patterns), tuple(materialise), split, r
-
-
-def row_stride(a: np.ndarray, inner: int) -> int | None:
-    """The distance in elements between consecutive rows of ``a`` seen as ``(a.size // inner, inner)``
-    rows that are each contiguous, or None when ``a`` cannot be read that way without a copy
-    (its last ``inner`` elements are not contiguous, rows are not equally spaced, or run backwards).
-
-    >>> x = np.zeros((4, 10), np.float32)
-    >>> row_stride(x[:, :3], 3), row_stride(x.T, 4), row_stride(x[::2, 2:8], 6)
-    (10, None, 20)
-    """
-    item = a.itemsize
-    dims = [(n, st) for n, st in zip(a.shape, a.strides) if n != 1]
-    expected, covered = item, 1
-    while dims and covered < inner:          # the inner dimensions: contiguous, innermost first
-        n, st = dims.pop()
-        if st != expected:
-            return None
-        covered *= n
-        expected *= n
-    if covered != inner:
-        return None
-    if not dims:
-        return inner
-    count, step = dims.pop()                 # the row dimensions: every row one step further
-    for n, st in reversed(dims):
-        if st != step * count:
-            return None
-        count *= n
-    if step < 0 or step % item:
-        return None
-    return step // item
-
-
-def plan_layout(arrays: list, shape: tuple) -> Layout:
-    """Choose the ``(rows, inner)`` view, each input's pattern, the array it is read from and the row
-    stride of each full input.
-
-    A full input whose rows are contiguous but spaced apart (a column slice ``s[:, :k]`` of a wider
-    array, a row-broadcast view) is read in place through its row stride; only an input whose rows
-    are not contiguous (a transpose) is copied first.
-
-    >>> import numpy as np
-    >>> layout = plan_layout([np.ones((3, 1)), np.ones((3, 4)), np.ones(())], (3, 4))
-    >>> layout.rows, layout.inner, layout.total, layout.patterns, layout.strides
-    (3, 4, 12, ('R', 'F', 'S'), (4,))
-    >>> plan_layout([np.ones((3, 10))[:, :4]], (3, 4)).strides    # read in place, 10 apart
-    (10,)
-    """
-    shapes = tuple(a.shape for a in arrays)
-    rows, inner, total, patterns, materialise, split, r = _plan(shapes, shape)
-    strided = [a for a, p in zip(arrays, patterns) if p == "F" and not a.flags.c_contiguous]
-    if split is None and r > 1 and strided:
-        best = 0          # the split that reads the most strided inputs in place, widest rows first
-        for p in range(1, r):
-            candidate = _plan(shapes, shape, p)
-            readable = sum(row_stride(a, candidate[1]) is not None for a in strided)
-            if readable > best:
-                best, (rows, inner, total, patterns, materialise, split, r) = readable, candidate
-            if best == len(strided):
-                break
-    flats, strides = [], []
-    for a, pattern, full in zip(arrays, patterns, materialise):
-        if full:
-            a = np.broadcast_to(a, shape)
-        if pattern != "F":
-            flats.append((a if a.flags.c_contiguous else np.ascontiguousarray(a)).reshape(-1))
-            continue
-        if a.flags.c_contiguous:
-            stride = inner
-        else:
-            stride = row_stride(a, inner)
-            if stride is None:
-                a, stride = np.ascontiguousarray(a), inner
-        flats.append(a)
-        strides.append(stride)
-    return Layout(rows, inner, total, patterns, flats, tuple(strides))
 
 
 # -- compiling and caching ------------------------------------------------------------------------

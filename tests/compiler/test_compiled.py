@@ -46,5 +46,5 @@ def test_primal_runs_without_partials():
 def test_shape_keyed_caches_are_bounded():
     assert compiled_functions._broadcast_shape.cache_info().maxsize is not None
     assert compiled_functions._float_dtype.cache_info().maxsize is not None
-    from minflux.compiler import numba_backend
-    assert numba_backend._plan.cache_info().maxsize is not None
+    from minflux.compiler import layout
+    assert layout._plan.cache_info().maxsize is not None

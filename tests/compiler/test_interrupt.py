@@ -50,6 +50,7 @@ def test_kernels_with_loops_run_in_row_chunks_and_loop_free_ones_in_one_call(mon
 
     import minflux as mf
     from minflux.compiler import numba_backend
+    from minflux.compiler.layout import plan_layout
 
     calls = []
     real = numba_backend.run_rows
@@ -62,7 +63,7 @@ def test_kernels_with_loops_run_in_row_chunks_and_loop_free_ones_in_one_call(mon
         return k + x
 
     x = np.zeros(1 << 18)
-    rows = numba_backend.plan_layout([x], x.shape).rows
+    rows = plan_layout([x], x.shape).rows
     assert rows > 1
     np.testing.assert_array_equal(mf.broadcast(looped, x), np.full(x.shape, 3.0))
     assert len(calls) == min(rows, numba_backend.LOOP_CHUNKS) and calls[0][0] == 0 and calls[-1][1] == rows

@@ -11,7 +11,7 @@ import pytest
 
 import minflux as mf
 from minflux.compiler import numba_backend, threads
-from minflux.compiler.numba_backend import plan_layout
+from minflux.compiler.layout import plan_layout
 
 
 @pytest.mark.parametrize("shapes, shape, want", [

@@ -6,7 +6,7 @@ import pytest
 
 import minflux as mf
 from minflux.compiler import numba_backend
-from minflux.compiler.numba_backend import plan_layout, row_stride
+from minflux.compiler.layout import plan_layout, row_stride
 from minflux.testing import check_grad
 
 

@@ -35,8 +35,9 @@ from .calls import call_object
 from .source import Binding, resolve_free_name, source_node
 from .unsupported import UNSUPPORTED_EXPR, UNSUPPORTED_STMT
 from .errors import CompileError
-from .loop_limit import FLAG, get_max_loop_iterations
-from .ir import Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var, falls_through, walk
+from .loop_limit import FLAG, capped_exit, get_max_loop_iterations
+from .ir import (Assign, Break, Call, Const, Continue, Function, If, Loop, Return, Var, count_outputs,
+                 falls_through, returns)
 
 _BINOPS = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide",
            ast.FloorDiv: "floor_divide", ast.Mod: "mod", ast.Pow: "power"}
@@ -144,10 +145,10 @@ class _Frontend:
             last = body[-1] if body else node
             raise CompileError("the scalar function can reach its end without a return; add a final "
                                "return statement", self.loc(last), "missing return")
-        n_outputs = _count_outputs(stmts, self)
+        n_outputs = count_outputs(stmts)
         if self.loop_sites and not self.prefix:  # the compiled function reports capped loops
             stmts = [Assign(FLAG, Const(0), self.loc(node))] + stmts
-            for s in _walk_returns(stmts):
+            for s in returns(stmts):
                 s.values = tuple(s.values) + (Var(FLAG),)
             n_outputs += 1
         return Function(self.fn.__name__, [self.var(p) for p in self.params], stmts,
@@ -246,6 +247,7 @@ class _Frontend:
             return
         test = [] if isinstance(cond, Const) else [If(cond, [], [Break(self.loc(s))], self.loc(s))]
         self.emit(Loop(head + test + self.iteration_cap(s) + body, [], self.loc(s)))
+        self.out.extend(capped_exit(cond, body, self.loc(s)))
 
     def iteration_cap(self, s) -> list:
         """Count the iterations of while loop ``s``; past the cap, report it and leave the loop."""
@@ -462,19 +464,6 @@ class _Frontend:
         if any(isinstance(a, tuple) for a in args):
             self.error(node, "a tuple as an argument", "unpack it first: a, b = ...")
         return call_object(self, target, name, args, node)
-
-
-def _count_outputs(stmts, fe) -> int:
-    counts = {len(s.values) for s in _walk_returns(stmts)}
-    if len(counts) > 1:
-        first = next(s for s in _walk_returns(stmts))
-        raise CompileError(f"return statements give different numbers of outputs {sorted(counts)}; "
-                           "return the same number of values everywhere", first.loc, "return")
-    return counts.pop()
-
-
-def _walk_returns(stmts):
-    return (s for s in walk(stmts) if isinstance(s, Return))
 
 
 def _constant_int(node, fe) -> int:

@@ -50,6 +50,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator, Union
 
+from .errors import CompileError
+
 KINDS = ("b", "i", "f")
 CONVERSIONS = ("float", "int")
 
@@ -263,14 +265,29 @@ def contains_return(stmt) -> bool:
     return any(isinstance(s, Return) for s in walk([stmt]))
 
 
-def _breaks_out(stmts: list) -> bool:
+def breaks_out(stmts: list) -> bool:
     """True when some `Break` in ``stmts`` (outside nested loops) leaves the enclosing loop."""
     for s in stmts:
         if isinstance(s, Break):
             return True
-        if isinstance(s, If) and (_breaks_out(s.body) or _breaks_out(s.orelse)):
+        if isinstance(s, If) and (breaks_out(s.body) or breaks_out(s.orelse)):
             return True
     return False
+
+
+def returns(stmts: list) -> Iterator[Return]:
+    """Every `Return` in ``stmts``, nested ones included."""
+    return (s for s in walk(stmts) if isinstance(s, Return))
+
+
+def count_outputs(stmts: list) -> int:
+    """The number of values every `Return` in ``stmts`` gives (a `CompileError` when they differ)."""
+    counts = {len(s.values) for s in returns(stmts)}
+    if len(counts) > 1:
+        first = next(returns(stmts))
+        raise CompileError(f"return statements give different numbers of outputs {sorted(counts)}; "
+                           "return the same number of values everywhere", first.loc, "return")
+    return counts.pop()
 
 
 def falls_through(stmts: list) -> bool:
@@ -286,7 +303,7 @@ def falls_through(stmts: list) -> bool:
             return False
         if isinstance(s, If) and not falls_through(s.body) and not falls_through(s.orelse):
             return False
-        if isinstance(s, Loop) and not _breaks_out(s.body):
+        if isinstance(s, Loop) and not breaks_out(s.body):
             return False
     return True
 

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .ir import Const, Return, breaks_out, returns
 from .settings import positive_int_from_environment
 
-__all__ = ["LoopLimitError", "get_max_loop_iterations", "set_max_loop_iterations"]
+__all__ = ["LoopLimitError", "capped_exit", "get_max_loop_iterations", "set_max_loop_iterations"]
 
 DEFAULT = 100_000
 FLAG = "loop_capped"  # the IR variable holding 0, or 1 + the index of the loop that hit the cap
@@ -105,3 +106,21 @@ def check_loop_flags(flags, sites: list, name: str, limit: int) -> None:
         f"the while loop in {where} ran more than {limit} iterations on {hit.size} of {flags.size} "
         f"element(s) and was stopped. If it never ends, fix its condition; if it needs more "
         f"iterations, raise the cap with mf.set_max_loop_iterations(n) or {_ENV}.", loc, function)
+
+
+def capped_exit(cond, body: list, loc) -> list:
+    """What follows ``while True:`` (``cond`` a true constant) whose ``body`` never breaks out: the
+    loop ends only by a ``return`` or by the iteration cap, so control after it is reached only by
+    lanes the cap stopped. They get a copy of the body's first ``return`` (its values are never used:
+    the caller raises `LoopLimitError` for them), which keeps the function from falling off its end.
+
+    >>> from minflux.compiler.ir import Var
+    >>> capped_exit(Const(True), [Return((Var("x"),))], None)
+    [Return(values=(Var(name='x'),), loc=None)]
+    >>> capped_exit(Var("c"), [Return((Var("x"),))], None)
+    []
+    """
+    if not (isinstance(cond, Const) and cond.value) or breaks_out(body):
+        return []
+    first = next(returns(body), None)
+    return [] if first is None else [Return(tuple(first.values), loc)]

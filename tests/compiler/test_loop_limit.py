@@ -89,3 +89,37 @@ def test_the_environment_sets_the_cap():
     env["MINFLUX_MAX_LOOP_ITERATIONS"] = "many"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=".")
     assert out.returncode != 0 and "MINFLUX_MAX_LOOP_ITERATIONS='many' is not an integer" in out.stderr
+
+
+def doubles_until_past(x, n):
+    k = 0
+    while True:
+        k = k + 1
+        if x > n:
+            return x * k, k
+        x = x * 2
+
+
+@mf.elementwise
+def halves_until_below(x):
+    while True:
+        if x < 1:
+            return x
+        x = x / 2
+
+
+@pytest.mark.parametrize("mode", ["auto", "mixed", "reverse"])
+def test_while_true_ending_in_return_is_accepted(backend, cap, mode):
+    x = np.array([0.3, 2.0, 0.6])
+    value, k = mf.broadcast(doubles_until_past, x, 1.0, mode=mode)
+    np.testing.assert_allclose(value, [1.2 * 3, 2.0, 1.2 * 2], rtol=1e-15)   # x * 2**(k-1) * k
+    np.testing.assert_array_equal(k, [3, 1, 2])
+    g = mf.gradient(lambda t: mf.sum(mf.broadcast(doubles_until_past, t, 1.0, mode=mode)[0]), x)[0]
+    np.testing.assert_allclose(g, [2.0 ** 2 * 3, 1.0, 2.0 * 2], rtol=1e-15)
+    inlined = mf.broadcast(lambda x: halves_until_below(x) + 1.0, np.array([5.0, 0.5]), mode=mode)
+    np.testing.assert_allclose(inlined, [5.0 / 8 + 1.0, 1.5], rtol=1e-15)
+
+
+def test_while_true_that_never_returns_hits_the_cap(backend, cap):
+    with pytest.raises(mf.LoopLimitError, match="doubles_until_past ran more than 200 iterations"):
+        mf.broadcast(doubles_until_past, np.array([0.3, -1.0]), 1.0)

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from . import backend
+from . import _flat_buffers as _flat
 from . import tree as _tree
 from .compiler.threads import set_num_threads, usable_cores
 from .tensor import unwrap
@@ -289,58 +290,6 @@ def broadcast_object(obj: Any, root: int = 0) -> Any:
         return world.comm.bcast(obj, root=root)
 
 
-# -- trees of arrays -------------------------------------------------------------------------------
-
-def _arrays(tree: Any) -> list:
-    """The distinct array leaves of ``tree`` (tied arrays once), in walk order."""
-    return _tree.leaves(tree, trainable_only=False)
-
-
-def _module_of(arrays: list, what: str):
-    on_gpu = [backend.is_cupy_array(unwrap(a)) for a in arrays]
-    if any(on_gpu) and not all(on_gpu):
-        raise backend.DeviceError(f"{what} got numpy and CuPy arrays in one tree; move the whole tree to "
-                                  "one device first (mf.to_device(tree, 'gpu') or 'cpu')")
-    return backend.cupy_module() if any(on_gpu) else np
-
-
-def _groups(arrays: list) -> dict:
-    """Arrays grouped by dtype, in first-appearance order."""
-    groups: dict = {}
-    for a in arrays:
-        groups.setdefault(np.dtype(unwrap(a).dtype), []).append(a)
-    return groups
-
-
-def _pack(xp, arrays: list, dtype, multiple: int):
-    """One flat buffer holding ``arrays`` one after another, zero-padded to a multiple of ``multiple``."""
-    total = sum(int(unwrap(a).size) for a in arrays)
-    flat = xp.empty(-(-total // multiple) * multiple, dtype)
-    flat[total:] = 0
-    offset = 0
-    for a in arrays:
-        v = unwrap(a)
-        flat[offset:offset + v.size] = v.reshape(-1)
-        offset += v.size
-    return flat
-
-
-def _unpack(flat, arrays: list) -> dict:
-    """``id(array) -> its slice of flat``, shaped like the array."""
-    out, offset = {}, 0
-    for a in arrays:
-        v = unwrap(a)
-        out[id(a)] = flat[offset:offset + v.size].reshape(v.shape)
-        offset += v.size
-    return out
-
-
-def _bucket_elements(bucket_bytes: int, itemsize: int, ranks: int) -> int:
-    if bucket_bytes < 1:
-        raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
-    return max(ranks, (bucket_bytes // itemsize) // ranks * ranks)
-
-
 def allreduce_tree(grads: Any, op: str = "mean", bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> Any:
     """``grads`` with every array replaced by its ``op`` (mean, sum, max or min) over all ranks.
 
@@ -357,23 +306,23 @@ def allreduce_tree(grads: Any, op: str = "mean", bucket_bytes: int = DEFAULT_BUC
     if op not in OPS:
         raise ValueError(f"allreduce_tree: op must be one of {', '.join(OPS)}, got {op!r}")
     world = _get()
-    arrays = _arrays(grads)
+    arrays = _flat.array_leaves(grads)
     if world.size == 1 or not arrays:
         return grads
-    xp = _module_of(arrays, "allreduce_tree")
+    xp = _flat.array_module(arrays, "allreduce_tree")
     reduced: dict = {}
     with _watchdog.guard(world, f"allreduce_tree (op={op})", world.timeout):
-        for dtype, members in _groups(arrays).items():
+        for dtype, members in _flat.by_dtype(arrays).items():
             if op == "mean" and dtype.kind not in "fc":
                 raise TypeError(f"allreduce_tree: op='mean' needs floating arrays, got {dtype}; use "
                                 "op='sum' for counts")
-            flat = _pack(xp, members, dtype, world.size)
-            step = _bucket_elements(bucket_bytes, dtype.itemsize, world.size)
+            flat = _flat.pack(xp, members, dtype, world.size)
+            step = _flat.bucket_elements(bucket_bytes, dtype.itemsize, world.size)
             if xp is np:
                 _mpi_reduce(world, flat, op, step)
             else:
                 _nccl_reduce(world, flat, op, step, xp)
-            reduced.update(_unpack(flat, members))
+            reduced.update(_flat.unpack(flat, members))
     return _tree.map_arrays(lambda a: reduced[id(a)], grads)
 
 
@@ -443,10 +392,10 @@ def broadcast_tree(tree: Any, root: int = 0, bucket_bytes: int = DEFAULT_BUCKET_
     {'W': array([0., 1., 2.])}
     """
     world = _get()
-    arrays = _arrays(tree)
+    arrays = _flat.array_leaves(tree)
     if world.size == 1 or not arrays:
         return tree
-    xp = _module_of(arrays, "broadcast_tree")
+    xp = _flat.array_module(arrays, "broadcast_tree")
     mine = _signature(tree)
     with _watchdog.guard(world, "broadcast_tree", world.timeout):
         theirs = world.comm.bcast(mine if world.rank == root else None, root=root)
@@ -461,9 +410,9 @@ def broadcast_tree(tree: Any, root: int = 0, bucket_bytes: int = DEFAULT_BUCKET_
                              f"rank {root}'s (first: {differences[0]}); every rank must build the same "
                              "model and state")
         received: dict = {}
-        for dtype, members in _groups(arrays).items():
-            flat = _pack(xp, members, dtype, 1)
-            step = _bucket_elements(bucket_bytes, dtype.itemsize, 1)
+        for dtype, members in _flat.by_dtype(arrays).items():
+            flat = _flat.pack(xp, members, dtype, 1)
+            step = _flat.bucket_elements(bucket_bytes, dtype.itemsize, 1)
             for start in range(0, flat.size, step):
                 chunk = flat[start:start + step]
                 if xp is np:
@@ -474,7 +423,7 @@ def broadcast_tree(tree: Any, root: int = 0, bucket_bytes: int = DEFAULT_BUCKET_
                                                         xp.cuda.get_current_stream().ptr)
             if xp is not np:
                 xp.cuda.get_current_stream().synchronize()
-            received.update(_unpack(flat, members))
+            received.update(_flat.unpack(flat, members))
     if world.rank == root:
         return tree
     return _tree.map_arrays(lambda a: received[id(a)], tree)
@@ -493,7 +442,7 @@ def gather_rows(tree: Any, root: int = 0) -> Any:
     (2, 3)
     """
     world = _get()
-    arrays = _arrays(tree)
+    arrays = _flat.array_leaves(tree)
     if world.size == 1 or not arrays:
         return tree
     mine = [backend.to_numpy(unwrap(a)) for a in arrays]

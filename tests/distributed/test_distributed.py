@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import minflux.backend as backend
-from minflux import distributed
+from minflux import _flat_buffers, distributed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -70,10 +70,10 @@ def test_cupy_arrays_take_the_nccl_path_and_mixed_trees_are_refused(monkeypatch)
     fake = fake_cupy_module()
     monkeypatch.setattr(backend, "_cupy", fake)
     device = np.ones(3, np.float32).view(FakeDeviceArray)
-    assert distributed._module_of([device, device], "allreduce_tree") is fake
-    assert distributed._module_of([np.ones(3)], "allreduce_tree") is np
+    assert _flat_buffers.array_module([device, device], "allreduce_tree") is fake
+    assert _flat_buffers.array_module([np.ones(3)], "allreduce_tree") is np
     with pytest.raises(backend.DeviceError, match="numpy and CuPy arrays in one tree"):
-        distributed._module_of([device, np.ones(3)], "allreduce_tree")
+        _flat_buffers.array_module([device, np.ones(3)], "allreduce_tree")
 
 
 # -- two ranks -----------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
-"""Softmax, log-softmax and the fused, numerically stable cross-entropy over integer targets."""
+"""Softmax, log-softmax, the fused, numerically stable cross-entropy over integer targets, and the
+elementwise losses (mse, binary cross-entropy, KL divergence), which refuse arguments whose shapes differ
+(a silent broadcast would average over the wrong pairs)."""
 from __future__ import annotations
 
 from ..autograd import record
-from ..backend import get_array_module
+from ..backend import get_array_module, is_array
+from ..tensor import Tensor
 from ._common import normalise_axis, value_of
 from ..pointwise.primitives import greater, log, multiply, negative, softplus, subtract, where
 from .indexing import take_along_axis
@@ -115,8 +118,17 @@ def cross_entropy(logits, targets, reduction: str = "mean", axis: int = -1):
     return record("cross_entropy", out, [logits], vjp)
 
 
-def _reduce(losses, reduction: str, op: str):
+def _same_shape(a, b, op: str, names: tuple[str, str]) -> None:
+    """Refuse ``a`` and ``b`` of different shapes, naming both and how to broadcast on purpose."""
+    shapes = [tuple(x.shape) if isinstance(x, Tensor) or is_array(x) else tuple(value_of(x).shape)
+              for x in (a, b)]
+    if shapes[0] != shapes[1]:
+        raise ValueError(f"{op}: {names[0]} of shape {shapes[0]} and {names[1]} of shape {shapes[1]} "
+                         f"differ; an elementwise loss needs equal shapes (reshape one, or broadcast on "
+                         f"purpose with mf.broadcast_to({names[1]}, {shapes[0]}))")
 
+
+def _reduce(losses, reduction: str, op: str):
     if reduction == "mean":
         return mean(losses)
     if reduction == "sum":
@@ -133,8 +145,12 @@ def mse(predictions, targets, reduction: str = "mean"):
     >>> import minflux as mf, numpy as np
     >>> float(mf.mse(np.array([1.0, 2.0]), np.array([0.0, 4.0])))
     2.5
+    >>> mf.mse(np.zeros((4, 1)), np.zeros(4))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: mf.mse: predictions of shape (4, 1) and targets of shape (4,) differ; ...
     """
-
+    _same_shape(predictions, targets, "mf.mse", ("predictions", "targets"))
     d = subtract(predictions, targets)
     return _reduce(d * d, reduction, "mf.mse")
 
@@ -147,7 +163,7 @@ def binary_cross_entropy_with_logits(logits, targets, reduction: str = "mean"):
     >>> round(float(mf.binary_cross_entropy_with_logits(np.array([0.0, 1000.0]), np.array([1.0, 1.0]))), 6)
     0.346574
     """
-
+    _same_shape(logits, targets, "mf.binary_cross_entropy_with_logits", ("logits", "targets"))
     return _reduce(subtract(softplus(logits), multiply(targets, logits)), reduction,
                    "mf.binary_cross_entropy_with_logits")
 
@@ -161,7 +177,6 @@ def nll(log_probs, targets, reduction: str = "mean", axis: int = -1):
     >>> round(float(mf.nll(log_probs, np.array([0, 1]))), 6)  # (log 2 + log 4/3) / 2
     0.490415
     """
-
     z = value_of(log_probs)
     xp, t, axis = _class_targets(z, targets, axis, "mf.nll", "log_probs")
     picked = squeeze(take_along_axis(log_probs, xp.expand_dims(t, axis), axis=axis), axis=axis)
@@ -181,7 +196,7 @@ def kl_divergence(log_q, p, reduction: str = "mean", axis: int = -1):
     >>> round(float(mf.kl_divergence(log_q, p)), 6)  # (0.5 log 2 + 0.5 log 2/3 + log 2) / 2
     0.418494
     """
-
+    _same_shape(log_q, p, "mf.kl_divergence", ("log_q", "p"))
     positive = greater(value_of(p), 0)
     safe_p = where(positive, p, 1.0)  # p = 0 terms become 0 * (log 1 - 0): no 0 * inf anywhere
     terms = multiply(p, subtract(log(safe_p), where(positive, log_q, 0.0)))

@@ -1,5 +1,5 @@
 """mse, binary_cross_entropy_with_logits, nll and kl_divergence: independent formulas and
-finite-difference gradients, including broadcast targets and extreme logits."""
+finite-difference gradients, extreme logits, and the refusal of arguments whose shapes differ."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,13 +12,39 @@ REDUCE = {"mean": np.mean, "sum": np.sum, "none": lambda a: a}
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("sp,st", [((4,), (4,)), ((3, 4), (4,)), ((3, 1), (3, 4)), ((2, 3), ())], ids=str)
-def test_mse(sp, st, reduction, rng):
-    p, t = rng.standard_normal(sp), rng.standard_normal(st)
+@pytest.mark.parametrize("shape", [(4,), (3, 4), (2, 1, 3), ()], ids=str)
+def test_mse(shape, reduction, rng):
+    p, t = rng.standard_normal(shape), rng.standard_normal(shape)
     want = REDUCE[reduction]((p - t) ** 2)
     np.testing.assert_allclose(mf.mse(p, t, reduction), want, rtol=1e-12)
     w = rng.standard_normal(np.shape(want))
     check_grad(lambda p, t: mf.sum(mf.mse(p, t, reduction) * w), p, t)
+
+
+LOSSES = {"mse": (mf.mse, "predictions", "targets"),
+          "binary_cross_entropy_with_logits": (mf.binary_cross_entropy_with_logits, "logits", "targets"),
+          "kl_divergence": (mf.kl_divergence, "log_q", "p")}
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+@pytest.mark.parametrize("first,second", [((4, 1), (4,)), ((4,), (4, 1)), ((3, 4), (4,)), ((2, 3), ())],
+                         ids=str)
+def test_elementwise_losses_refuse_shapes_that_differ(name, first, second):
+    """mse of a (4, 1) prediction against a (4,) target would average the (4, 4) differences."""
+    loss, a, b = LOSSES[name]
+    message = (f"mf.{name}: {a} of shape {first} and {b} of shape {second} differ; an elementwise loss "
+               f"needs equal shapes (reshape one, or broadcast on purpose with mf.broadcast_to({b}, {first}))")
+    with pytest.raises(ValueError) as info:
+        loss(np.full(first, 0.5), np.full(second, 0.5))
+    assert str(info.value) == message
+    with pytest.raises(ValueError, match="differ"):  # inside a gradient too, on a deferred value
+        mf.gradient(lambda x: loss(x * 2.0, np.full(second, 0.5)), np.full(first, 0.25))
+
+
+def test_explicit_broadcast_gives_the_elementwise_loss(rng):
+    p, t = rng.standard_normal((3, 4)), rng.standard_normal(4)
+    np.testing.assert_allclose(mf.mse(p, mf.broadcast_to(t, (3, 4))), np.mean((p - t) ** 2), rtol=1e-12)
+    assert float(mf.mse(np.arange(4.0)[:, None], np.arange(4.0)[:, None])) == 0.0
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])

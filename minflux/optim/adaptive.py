@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from ..pointwise.functions import elementwise
 from ..pointwise.primitives import sign, sqrt
 
-from .rule import AccumulatorRule, Rule, xp_of
+from .rule import NON_NEGATIVE, UNIT, AccumulatorRule, Rule, xp_of
 
 
 @elementwise
@@ -53,6 +53,8 @@ class RMSProp(AccumulatorRule):
     lr: float = 0.001
     rho: float = 0.9
     eps: float = 1e-8
+    limits = {"lr": NON_NEGATIVE, "rho": UNIT, "eps": NON_NEGATIVE}
+
     def apply(self, state, param, grad):
         delta, acc = rmsprop_step(grad, state, self.lr, self.rho, self.eps)
         return acc, delta
@@ -71,6 +73,8 @@ class AdaGrad(AccumulatorRule):
 
     lr: float = 0.1
     eps: float = 1e-8
+    limits = {"lr": NON_NEGATIVE, "eps": NON_NEGATIVE}
+
     def apply(self, state, param, grad):
         delta, acc = adagrad_step(grad, state, self.lr, self.eps)
         return acc, delta
@@ -93,6 +97,7 @@ class Adam(Rule):
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
+    limits = {"lr": NON_NEGATIVE, "beta1": UNIT, "beta2": UNIT, "eps": NON_NEGATIVE}
 
     def init(self, param):
         xp = xp_of(param)
@@ -118,6 +123,7 @@ class AdamW(Adam):
     """
 
     decay: float = 0.01
+    limits = {**Adam.limits, "decay": NON_NEGATIVE}
 
     def apply(self, state, param, grad):
         m, v, t = state
@@ -152,6 +158,7 @@ class Lion(AccumulatorRule):
     beta1: float = 0.9
     beta2: float = 0.99
     decay: float = 0.0
+    limits = {"lr": NON_NEGATIVE, "beta1": UNIT, "beta2": UNIT, "decay": NON_NEGATIVE}
 
     def apply(self, state, param, grad):
         delta, m = lion_step(grad, param, state, self.lr, self.beta1, self.beta2, self.decay)

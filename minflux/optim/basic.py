@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from ..pointwise.functions import elementwise
 
-from .rule import AccumulatorRule, Rule
+from .rule import NON_NEGATIVE, UNIT, AccumulatorRule, Rule
 
 
 @elementwise
@@ -39,6 +39,7 @@ class Descent(Rule):
     """
 
     lr: float = 0.1
+    limits = {"lr": NON_NEGATIVE}
 
     def apply(self, state, param, grad):
         return state, descent_delta(grad, self.lr)
@@ -59,6 +60,8 @@ class Momentum(AccumulatorRule):
 
     lr: float = 0.01
     rho: float = 0.9
+    limits = {"lr": NON_NEGATIVE, "rho": UNIT}
+
     def apply(self, state, param, grad):
         v = momentum_step(grad, state, self.lr, self.rho)
         return v, v
@@ -77,6 +80,8 @@ class Nesterov(AccumulatorRule):
 
     lr: float = 0.001
     rho: float = 0.9
+    limits = {"lr": NON_NEGATIVE, "rho": UNIT}
+
     def apply(self, state, param, grad):
         delta, v = nesterov_step(grad, state, self.lr, self.rho)
         return v, delta

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from ..pointwise.functions import elementwise
 
-from .rule import Rule
+from .rule import NON_NEGATIVE, Rule
 
 
 @elementwise
@@ -28,6 +28,7 @@ class WeightDecay(Rule):
     """
 
     decay: float = 5e-4
+    limits = {"decay": NON_NEGATIVE}
 
     def apply(self, state, param, grad):
         return state, weight_decay_grad(grad, param, self.decay)

@@ -8,17 +8,44 @@ old state is not modified) and must not modify ``param`` or ``grad``. A `GlobalR
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 from ..backend import get_array_module
 
 __all__ = ["AccumulatorRule", "GlobalRule", "OptimiserChain", "Rule", "chain", "hyperparameters"]
 
 
+NON_NEGATIVE = (0.0, math.inf, True)   # (low, high, high included): finite and >= 0
+UNIT = (0.0, 1.0, False)                # a decay factor in [0, 1)
+
+
+def check_hyperparameter(rule: str, name: str, value, limits: tuple[float, float, bool]) -> None:
+    """Refuse ``value`` for hyperparameter ``name`` of ``rule`` unless it is a real number in
+    ``limits``, with one line naming the rule, the field, the value and the allowed range.
+
+    >>> check_hyperparameter("Adam", "lr", -1.0, NON_NEGATIVE)
+    Traceback (most recent call last):
+    ...
+    ValueError: Adam: lr must be a finite number >= 0, got -1.0
+    """
+    low, high, high_included = limits
+    allowed = (f"a finite number >= {low:g}" if high == math.inf else
+               f"a number in [{low:g}, {high:g}{']' if high_included else ')'}")
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or type(value).__name__ == "bool_":
+        raise TypeError(f"{rule}: {name} must be {allowed}, got {value!r} ({type(value).__name__})")
+    if not (math.isfinite(value) and low <= value and (value < high or high_included and value <= high)):
+        raise ValueError(f"{rule}: {name} must be {allowed}, got {value!r}")
+
+
 @dataclass(frozen=True)
 class Rule:
     """Base class of rules: a frozen dataclass whose fields are its hyperparameters.
+
+    ``limits`` maps hyperparameters to their allowed ranges; a rule made (or `optim.adjust`-ed) with
+    a value outside them is refused at once, not at the first update.
 
     >>> import numpy as np
     >>> from minflux import optim
@@ -27,6 +54,12 @@ class Rule:
     >>> rule.apply(state, np.ones(2), np.array([2.0, 4.0]))
     ((), array([1., 2.]))
     """
+
+    limits: ClassVar[dict[str, tuple[float, float, bool]]] = {}
+
+    def __post_init__(self):
+        for name, limits in self.limits.items():
+            check_hyperparameter(type(self).__name__, name, getattr(self, name), limits)
 
     def init(self, param) -> Any:
         """The initial state for ``param`` (empty by default)."""

@@ -218,8 +218,9 @@ class ReduceOnPlateau(_Stateful):
     """Multiply the rate by ``factor`` when a monitored value stops improving.
 
     Call ``step(value)`` after each evaluation; it returns the rate to use next. An improvement is a
-    value below ``best * (1 - threshold)`` (above ``best * (1 + threshold)`` with ``mode="max"``);
-    after more than ``patience`` evaluations without one the rate is reduced (not below ``lr_min``)
+    value below ``best - |best| * threshold`` (above ``best + |best| * threshold`` with
+    ``mode="max"``), so that a negative monitored value (a log-likelihood) needs the same relative
+    margin as a positive one; after more than ``patience`` evaluations without one the rate is reduced (not below ``lr_min``)
     and the count restarts. The defaults follow the HM-LSTM recipe (Chung et al. 2017): divide by 50
     as soon as the validation loss fails to improve.
 

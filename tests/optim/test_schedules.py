@@ -42,6 +42,15 @@ def test_reduce_on_plateau_patience_threshold_and_max_mode():
     assert s.best == 1.2 and s.reductions == 2
 
 
+def test_reduce_on_plateau_threshold_is_relative_to_the_magnitude_of_negative_values():
+    """best = -10, threshold 0.1: an improvement is below -11 (not below -10 * 0.9 = -9)."""
+    s = optim.ReduceOnPlateau(lr=1.0, factor=0.5, threshold=0.1)
+    assert [s.step(v) for v in [-10.0, -10.5, -11.5]] == [1.0, 0.5, 0.5]
+    assert s.best == -11.5 and s.reductions == 1
+    s = optim.ReduceOnPlateau(lr=1.0, factor=0.5, threshold=0.1, mode="max")
+    assert [s.step(v) for v in [-10.0, -9.5, -8.5]] == [1.0, 0.5, 0.5] and s.best == -8.5
+
+
 def test_schedules_round_trip_their_state():
     s = optim.ReduceOnPlateau(lr=1.0)
     s.step(1.0), s.step(2.0)

@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["FileWriteError", "atomic_path", "is_temporary", "remove_temporaries", "replaced_file",
+__all__ = ["FileWriteError", "atomic_path", "is_temporary", "kind_of", "remove_temporaries", "replaced_file",
            "write_atomically"]
 
 _TEMPORARY = re.compile(r"^\..+\.\d+-\d+\.tmp$")
@@ -85,6 +85,21 @@ _KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO (named pipe)", stat.S_
           stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
+def kind_of(path) -> str:
+    """What is at ``path`` (symbolic links followed), in words: ``"a regular file"``, ``"a folder"``,
+    ``"a FIFO (named pipe)"``, a device, a socket, or ``"nothing"``.
+
+    >>> import tempfile
+    >>> kind_of(tempfile.mkdtemp()), kind_of("/no/such/file")
+    ('a folder', 'nothing')
+    """
+    try:
+        kind = stat.S_IFMT(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return "nothing"
+    return "a regular file" if kind == stat.S_IFREG else _KINDS.get(kind, "not a regular file")
+
+
 def replaced_file(path) -> Path:
     """The file a write to ``path`` replaces: ``path``, or the file its symbolic links lead to.
 
@@ -112,7 +127,7 @@ def replaced_file(path) -> Path:
     except OSError as exc:
         raise _write_error(path, exc) from exc
     if kind != stat.S_IFREG:
-        what = _KINDS.get(kind, "not a regular file")
+        what = kind_of(target)
         via = f" (through the symbolic link to {target})" if target is not path else ""
         raise FileWriteError(f"cannot write {path}: it is {what}{via}, not a regular file; it was left as "
                              f"it is (move it away, or write somewhere else)")

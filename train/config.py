@@ -274,7 +274,7 @@ def load_config(path: str | Path | None = "default", overrides: list[str] = ()) 
         except OSError as exc:
             raise ConfigError(f"cannot read config {file}: {exc.strerror or exc}") from None
         cfg = parse_config(text, str(file))
-    return apply_overrides(cfg, overrides)
+    return apply_overrides(cfg, overrides, str(file) if path is not None else "the built-in defaults")
 
 
 def parse_config(text: str, source: str = "<text>") -> Config:
@@ -290,8 +290,28 @@ def parse_config(text: str, source: str = "<text>") -> Config:
     return _fill(Config, table, source)
 
 
-def apply_overrides(cfg: Config, overrides: list[str] = ()) -> Config:
-    """``cfg`` with ``KEY=VALUE`` overrides applied (each checked like a key of a file).
+_DEPENDENT = ("optim.lr", "optim.min_lr", "model.dtype")
+
+
+def _checked(cfg: Config, source: str) -> Config:
+    """``cfg``, once the keys that depend on each other agree (a learning rate the parameters' dtype
+    can hold)."""
+    import numpy as np
+
+    largest = float(np.finfo(cfg.model.dtype).max)
+    for key in ("lr", "min_lr"):
+        value = getattr(cfg.optim, key)
+        if value > largest:
+            raise ConfigError(f"{source}: optim.{key} = {value!r} is more than model.dtype = "
+                              f"{cfg.model.dtype} can hold (at most {largest:.4g}), so every update would "
+                              f"be infinite; use a learning rate such as 0.002")
+    return cfg
+
+
+def apply_overrides(cfg: Config, overrides: list[str] = (), source: str = "the config") -> Config:
+    """``cfg`` with ``KEY=VALUE`` overrides applied (each checked like a key of a file), then the keys
+    that depend on each other checked together (``source`` names ``cfg`` in that error, unless an
+    override set one of them).
 
     >>> apply_overrides(Config(), ["train.seed=3"]).train.seed
     3
@@ -303,7 +323,9 @@ def apply_overrides(cfg: Config, overrides: list[str] = ()) -> Config:
             patch = {key: patch}
         merged = _merge(to_dict(cfg), patch)
         cfg = _fill(Config, merged, f"--set {text}")
-    return cfg
+        if ".".join(keys) in _DEPENDENT:
+            source = f"--set {text}"
+    return _checked(cfg, source)
 
 
 def _merge(base: dict, patch: dict) -> dict:

@@ -107,7 +107,7 @@ def evaluate_tokens(model, tokens: np.ndarray, batch_size: int, seq_len: int, de
 @command
 def main(argv: list[str] | None = None) -> int:
     """Command line: evaluate a run on one split; returns the exit status."""
-    from .runs import add_run_arguments, open_run
+    from .runs import add_run_arguments, open_run, split_tokens
 
     parser = argparse.ArgumentParser(prog=prog("train.evaluate"), description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", help="a run directory written by python -m train")
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = open_run(args.run_dir, args.checkpoint, args.device)
     corpus = run.corpus()
-    tokens = corpus.split(args.split)
+    tokens = split_tokens(corpus, args.split, run.cfg)
     batch = args.batch_size or run.cfg.train.eval_batch_size or run.cfg.train.batch_size
     from .progress import progress_bar
 

@@ -39,15 +39,14 @@ from minflux.files import write_atomically
 
 from .boundary_watch import BoundaryWatch
 from .config import Config, OptimConfig, dump_toml, parse_config
-from .data import StreamBatcher
 from .divergence import TrainingDiverged, update_if_finite
 from .evaluate import Evaluation, evaluate_tokens
 from .metrics import MetricsLog
 from .parallel import DataParallel
 from .progress import FILE_ONLY, progress_bar, progress_line
 from .resume import check_resumable
-from .runs import RunDir, RunError, build_model, corpus_for, pick_device
-from .sample import generate
+from .runs import RunDir, RunError, batches, build_model, corpus_for, pick_device, split_tokens
+from .sample import check_prime, generate
 from .stopping import Budget
 
 log = logging.getLogger(__name__)
@@ -183,8 +182,10 @@ class Trainer:
         self.parallel = DataParallel(t.batch_size)
         self.corpus = self.parallel.once(lambda: corpus_for(cfg))
         self.vocab = self.corpus.vocab
-        self.batcher = StreamBatcher(self.corpus.split("train"), t.batch_size, t.seq_len, drop_tail=True)
-        self.valid_tokens = self.corpus.split("valid")
+        train_tokens = split_tokens(self.corpus, "train", cfg)
+        self.valid_tokens = split_tokens(self.corpus, "valid", cfg)
+        self.batcher = batches(train_tokens, cfg)
+        check_prime(self.vocab, cfg.sample.prime)  # before training, not after it
         self.rng = np.random.default_rng(t.seed)
         self.model = self.parallel.same_everywhere(
             mf.to_device(build_model(cfg.model, len(self.vocab), self.rng), self.device))
@@ -459,6 +460,7 @@ def start_run(cfg: Config, run: RunDir, resume: bool, set_keys=(), source: str =
 
     The caller holds ``run.locked()``. A fresh run refuses a directory that already holds one.
     """
+    run.check_checkpoint_files()
     if not resume and run.latest.is_file():
         raise RunError(f"{run} already holds a run; continue it with --resume, or choose another --out")
     trainer = Trainer(cfg, run, resume, set_keys)

@@ -29,10 +29,10 @@ import minflux as mf
 from minflux.backend import DeviceError
 from minflux.device import resolve_device
 
-from minflux.files import remove_temporaries, write_atomically
+from minflux.files import kind_of, remove_temporaries, write_atomically
 
-from .config import Config, ModelConfig, dump_toml, load_config, parse_config
-from .data import Vocabulary, load_corpus
+from .config import Config, ConfigError, ModelConfig, TrainConfig, dump_toml, load_config, parse_config
+from .data import StreamBatcher, Vocabulary, load_corpus
 from .resume import patched_toml
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,22 @@ class RunDir:
                     f"it; see the README for the keys\n# that may change on resume.\n" + dump_toml(cfg))
         write_atomically(self.config, text)
 
+    def check_checkpoint_files(self) -> None:
+        """Refuse a ``latest.h5`` or ``best.h5`` that is there but is not a file (a folder, a FIFO),
+        naming it: a run would train and then fail to save, and ``--resume`` would find nothing.
+
+        >>> import tempfile, pathlib
+        >>> run = RunDir(tempfile.mkdtemp()); run.latest.mkdir(parents=True); run.check_checkpoint_files()
+        Traceback (most recent call last):
+        ...
+        train.runs.RunError: .../checkpoints/latest.h5 is a folder, not a checkpoint file; move it ...
+        """
+        for file in (self.latest, self.best):
+            if os.path.lexists(file) and not file.is_file():
+                what = "a broken symbolic link" if not file.exists() else kind_of(file)
+                raise RunError(f"{file} is {what}, not a checkpoint file; move it out of {self.checkpoints} "
+                               f"(or train into another --out), then run the same command again")
+
     def checkpoint(self, name: str) -> Path:
         """``best`` or ``latest``, or a path to any checkpoint file."""
         if name in ("best", "latest"):
@@ -171,7 +187,14 @@ def pick_device(device: str) -> str:
 
 def _hmlstm(cfg: ModelConfig, vocab_size: int, **common):
     import models
+    from models.boundaries import MIN_LAYERS
 
+    if len(cfg.hidden_sizes) < MIN_LAYERS:
+        sizes = ",".join(str(n) for n in cfg.hidden_sizes * MIN_LAYERS)
+        raise ConfigError(f"model.hidden_sizes = {cfg.hidden_sizes}: an HM-LSTM needs at least {MIN_LAYERS} "
+                          f"layers (a boundary detector sits between two layers); give {MIN_LAYERS} or more "
+                          f"sizes (e.g. --set model.hidden_sizes=[{sizes}]), or train the LSTM baseline "
+                          f"with --set model.kind=lstm")
     return models.HMLSTM(vocab_size, layer_norm=cfg.layer_norm, cell_form=cfg.cell_form, mode=cfg.mode,
                          init=cfg.init, **common)
 
@@ -186,11 +209,23 @@ MODEL_BUILDERS = {"hmlstm": _hmlstm, "lstm": _lstm}
 
 
 def build_model(cfg: ModelConfig, vocab_size: int, rng: np.random.Generator):
-    """The language model ``cfg`` describes (HM-LSTM or LSTM) for a vocabulary of ``vocab_size``."""
-    return MODEL_BUILDERS[cfg.kind](cfg, vocab_size, embed_size=cfg.embed_size,
-                                    hidden_sizes=tuple(cfg.hidden_sizes),
-                                    output_embed_size=cfg.output_embed_size, rng=rng,
-                                    dtype=np.dtype(cfg.dtype))
+    """The language model ``cfg`` describes (HM-LSTM or LSTM) for a vocabulary of ``vocab_size``; a
+    combination of ``[model]`` keys the model refuses is a `ConfigError`.
+
+    >>> build_model(ModelConfig(kind="hmlstm", hidden_sizes=[8]), 5, np.random.default_rng(0))
+    Traceback (most recent call last):
+    ...
+    train.config.ConfigError: model.hidden_sizes = [8]: an HM-LSTM needs at least 2 layers ...
+    """
+    try:
+        return MODEL_BUILDERS[cfg.kind](cfg, vocab_size, embed_size=cfg.embed_size,
+                                        hidden_sizes=tuple(cfg.hidden_sizes),
+                                        output_embed_size=cfg.output_embed_size, rng=rng,
+                                        dtype=np.dtype(cfg.dtype))
+    except ConfigError:
+        raise
+    except ValueError as exc:  # the model's own check of a combination of keys
+        raise ConfigError(f"[model]: {exc} (change the [model] keys; see docs/config.md)") from None
 
 
 def corpus_for(cfg: Config):
@@ -200,6 +235,57 @@ def corpus_for(cfg: Config):
         return load_corpus(d.corpus, d.path, d.encoding, tuple(d.split), d.cache_dir if d.cache else None)
     except ValueError as exc:  # not UTF-8, a malformed file, too short for its splits...
         raise RunError(f"data: {exc}") from None
+
+
+def split_tokens(corpus, name: str, cfg: Config) -> np.ndarray:
+    """The tokens of split ``name`` of ``corpus``; a split too short to use is a `RunError` that says
+    how large the corpus is and which key makes the split larger.
+
+    >>> from train.data.corpora import Corpus
+    >>> corpus = Corpus("text", Vocabulary.from_text("ab"), {"train": np.zeros(9), "valid": np.zeros(1)})
+    >>> split_tokens(corpus, "valid", Config())
+    Traceback (most recent call last):
+    ...
+    train.runs.RunError: data: the valid split has 1 token, and it needs at least 2; ...
+    """
+    tokens = corpus.splits.get(name)
+    if tokens is not None and len(tokens) >= 2:
+        return tokens
+    d = cfg.data
+    total = sum(len(t) for t in corpus.splits.values())
+    where = f" ({d.path})" if d.path else ""
+    if total == 0:
+        raise RunError(f"data: the {d.corpus} corpus{where} holds no text (0 tokens); point data.path at a "
+                       f"non-empty file or folder")
+    n = 0 if tokens is None else len(tokens)
+    needed = cfg.train.batch_size + 3  # batch_size + 1 to train on, 2 to validate
+    if total < needed and d.corpus in ("default", "text"):
+        fix = (f"the whole corpus{where} has only {total:,} tokens, and a run needs at least {needed} "
+               f"(train.batch_size + 1 to train on, 2 to validate): train on a longer text")
+    elif d.corpus in ("default", "text"):
+        fix = (f"it is cut from {total:,} tokens by data.split = {d.split}: give the {name} split a larger "
+               f"fraction (e.g. --set data.split=[0.9,0.05,0.05]) or train on a longer text")
+    else:
+        fix = f"its file is too short; use the full {d.corpus} files (data.path)"
+    raise RunError(f"data: the {name} split has {n:,} token{'s' if n != 1 else ''}, and it needs at least "
+                   f"2; {fix}")
+
+
+def batches(tokens: np.ndarray, cfg: Config):
+    """The training windows of ``tokens`` (`StreamBatcher`, tail dropped); a batch the split cannot
+    fill is a `ConfigError` naming ``train.batch_size``.
+
+    >>> batches(np.arange(5), Config(train=TrainConfig(batch_size=8, seq_len=2)))
+    Traceback (most recent call last):
+    ...
+    train.config.ConfigError: train.batch_size = 8: the training split's 5 tokens cannot fill 8 ...
+    """
+    t = cfg.train
+    if len(tokens) - 1 < t.batch_size:
+        raise ConfigError(f"train.batch_size = {t.batch_size}: the training split's {len(tokens):,} tokens "
+                          f"cannot fill {t.batch_size} streams (one token each, plus one); use "
+                          f"--set train.batch_size={max(len(tokens) - 1, 1)} or less, or a longer text")
+    return StreamBatcher(tokens, t.batch_size, t.seq_len, drop_tail=True)
 
 
 @dataclass

@@ -16,6 +16,7 @@ import numpy as np
 import minflux as mf
 
 from .cli import command, prog
+from .config import ConfigError
 from .data import Vocabulary
 
 
@@ -34,6 +35,22 @@ def prime_tokens(vocab: Vocabulary, prime: str) -> np.ndarray:
     if vocab.kind == "chars" and " " not in vocab.symbols and "_" in vocab.symbols:
         prime = prime.replace(" ", "_")
     return vocab.encode(prime).astype(np.int64)
+
+
+def check_prime(vocab: Vocabulary, prime: str) -> None:
+    """Refuse a ``sample.prime`` with symbols outside ``vocab`` (a `ConfigError` naming the key).
+
+    >>> check_prime(Vocabulary.from_text("ab "), "ba")
+    >>> check_prime(Vocabulary.from_text("ab "), "abc")
+    Traceback (most recent call last):
+    ...
+    train.config.ConfigError: sample.prime = 'abc': 'c' is not in the vocabulary ...
+    """
+    try:
+        prime_tokens(vocab, prime)
+    except ValueError as exc:
+        raise ConfigError(f"sample.prime = {prime!r}: {exc}; use characters of the corpus, e.g. --set "
+                          f"sample.prime=\"\" (an empty prime)") from None
 
 
 def pick(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:

@@ -40,8 +40,9 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def run_worker(script: str, args: list, setting: str, timeout: float = 1800) -> dict:
-    """Run ``python script --worker args...`` in ``setting``; the JSON object its last line prints."""
+def run_worker(script: str, args: list, setting: str, timeout: float = 1800, env: dict | None = None) -> dict:
+    """Run ``python script --worker args...`` in ``setting`` (``env`` added to its environment); the
+    JSON object its last line prints."""
     core = sorted(os.sched_getaffinity(0))[-1] if hasattr(os, "sched_getaffinity") else None
 
     def pin():
@@ -49,7 +50,7 @@ def run_worker(script: str, args: list, setting: str, timeout: float = 1800) -> 
             os.sched_setaffinity(0, {core})
 
     done = subprocess.run([sys.executable, script, "--worker", setting, *map(str, args)],
-                          env=environment(setting), preexec_fn=pin, capture_output=True, text=True,
+                          env={**environment(setting), **(env or {})}, preexec_fn=pin, capture_output=True, text=True,
                           timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"worker {args} ({setting}) failed:\n{done.stderr[-3000:]}")

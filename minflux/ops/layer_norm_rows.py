@@ -2,64 +2,135 @@
 once, the backward pass reads the gradient and the normalised row twice and writes once; numpy
 spends about seven passes on the forward and eleven on the backward.
 
-Reductions may be reassociated (so they vectorise); infinities and NaNs propagate as in numpy.
+The kernels are generated modules compiled and cached like every elementwise kernel
+(`minflux.compiler.numba_backend.load_kernel`): C-callable functions on raw pointers, keyed on their
+source, the library versions and the host, linked from the private kernel directory only after its
+trust and SHA-256 checks. With ``MINFLUX_ELEMENTWISE=numpy`` (`mf.set_elementwise_backend`) they are
+not used and `layer_norm` takes its array formula. Reductions may be reassociated (so they
+vectorise); infinities and NaNs propagate as in numpy.
+
+>>> import numpy as np
+>>> usable(np.ones((2, 3)), np.ones(3)) == (get_elementwise_backend() == "numba")
+True
 """
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 
-_FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
+from ..compiler.compiled import get_elementwise_backend
+
+_HEADER = '''"""A minflux layer-norm row kernel ({name}, {float_type}). Do not edit."""
+import numpy as np
+from numba import carray, cfunc, types
+
+_F = types.{float_type}
+_SIG = types.void(types.int64, types.int64, types.int64, types.int64, types.int64,
+                  {pointers})
+
+
+@cfunc(_SIG, fastmath={{"reassoc", "contract", "nsz", "arcp"}}, error_model="numpy", boundscheck=False)
+'''
+
+_FORWARD = '''def kernel(r0, r1, columns, total, rows, px, pscale, pshift, peps, pout, pnormalised, preciprocal):
+    x, out, normalised = carray(px, (total,)), carray(pout, (total,)), carray(pnormalised, (total,))
+    scale, shift = carray(pscale, (columns,)), carray(pshift, (columns,))
+    reciprocal, eps = carray(preciprocal, (rows,)), carray(peps, (1,))[0]
+    for r in range(r0, r1):
+        row = r * columns
+        total_r = 0.0
+        for c in range(columns):
+            total_r += x[row + c]
+        mean = total_r / columns
+        squares = 0.0
+        for c in range(columns):
+            d = x[row + c] - mean
+            squares += d * d
+        inverse = 1.0 / np.sqrt(squares / columns + eps)
+        reciprocal[r] = inverse
+        for c in range(columns):
+            n = (x[row + c] - mean) * inverse
+            normalised[row + c] = n
+            out[row + c] = n * scale[c] + shift[c]
+'''
+
+_BACKWARD = '''def kernel(r0, r1, columns, total, rows, pg, pnormalised, preciprocal, pscale, pg_x, pg_scale,
+           pg_shift):
+    g, normalised, g_x = carray(pg, (total,)), carray(pnormalised, (total,)), carray(pg_x, (total,))
+    reciprocal, scale = carray(preciprocal, (rows,)), carray(pscale, (columns,))
+    g_scale, g_shift = carray(pg_scale, (columns,)), carray(pg_shift, (columns,))
+    for r in range(r0, r1):
+        row = r * columns
+        total_r = 0.0
+        weighted = 0.0
+        for c in range(columns):
+            gn = g[row + c] * scale[c]
+            total_r += gn
+            weighted += gn * normalised[row + c]
+            g_scale[c] += g[row + c] * normalised[row + c]
+            g_shift[c] += g[row + c]
+        mean_g = total_r / columns
+        mean_gn = weighted / columns
+        inverse = reciprocal[r]
+        for c in range(columns):
+            g_x[row + c] = inverse * (g[row + c] * scale[c] - mean_g - normalised[row + c] * mean_gn)
+'''
+
+# pointer types of the arguments after the five integers: "F" the kernel's float type, "D" float64
+_FORWARD_POINTERS = "FFFDFFF"     # x, scale, shift, eps, out, normalised, reciprocal
+_BACKWARD_POINTERS = "FFFFFDD"    # g, normalised, reciprocal, scale, g_x, g_scale, g_shift
+
+
+def kernel_source(name: str, float_type: str) -> str:
+    """The generated module of the ``"forward"`` or ``"backward"`` kernel for ``float_type``.
+
+    >>> "def kernel(" in kernel_source("forward", "float32")
+    True
+    """
+    codes = _FORWARD_POINTERS if name == "forward" else _BACKWARD_POINTERS
+    pointers = ", ".join("types.CPointer(_F)" if c == "F" else "types.CPointer(types.float64)" for c in codes)
+    header = _HEADER.format(name=name, float_type=float_type, pointers=pointers)
+    return header + (_FORWARD if name == "forward" else _BACKWARD)
+
+
+_lock = threading.Lock()
 
 
 @functools.cache
-def kernels():
-    """The compiled ``(forward, backward)`` pair (compiled on first use, cached on disk by numba)."""
-    import numba
+def _kernels(float_type: str):
+    from ..compiler.numba_backend import load_kernel
 
-    @numba.njit(cache=True, fastmath=_FASTMATH)
-    def forward(x, scale, shift, eps, out, normalised, reciprocal):
-        rows, columns = x.shape
-        for r in range(rows):
-            total = 0.0
-            for c in range(columns):
-                total += x[r, c]
-            mean = total / columns
-            squares = 0.0
-            for c in range(columns):
-                d = x[r, c] - mean
-                squares += d * d
-            inverse = 1.0 / np.sqrt(squares / columns + eps)
-            reciprocal[r] = inverse
-            for c in range(columns):
-                n = (x[r, c] - mean) * inverse
-                normalised[r, c] = n
-                out[r, c] = n * scale[c] + shift[c]
+    with _lock:
+        return tuple(load_kernel(kernel_source(name, float_type), 7) for name in ("forward", "backward"))
 
-    @numba.njit(cache=True, fastmath=_FASTMATH)
-    def backward(g, normalised, reciprocal, scale, g_x, g_scale, g_shift):
-        rows, columns = g.shape
-        for r in range(rows):
-            total = 0.0
-            weighted = 0.0
-            for c in range(columns):
-                gn = g[r, c] * scale[c]
-                total += gn
-                weighted += gn * normalised[r, c]
-                g_scale[c] += g[r, c] * normalised[r, c]
-                g_shift[c] += g[r, c]
-            mean_g = total / columns
-            mean_gn = weighted / columns
-            inverse = reciprocal[r]
-            for c in range(columns):
-                g_x[r, c] = inverse * (g[r, c] * scale[c] - mean_g - normalised[r, c] * mean_gn)
 
-    return forward, backward
+def forward(x, scale, shift, eps: float, out, normalised, reciprocal) -> None:
+    """Normalise the rows of contiguous ``x`` (rows, columns) into ``out``, keeping ``normalised``
+    and the reciprocal deviations (``reciprocal``, one per row) for the backward pass."""
+    rows, columns = x.shape
+    eps_box = np.array([eps], np.float64)
+    if rows:
+        _kernels(x.dtype.name)[0].call(0, rows, columns, x.size, rows, x.ctypes.data, scale.ctypes.data,
+                                       shift.ctypes.data, eps_box.ctypes.data, out.ctypes.data,
+                                       normalised.ctypes.data, reciprocal.ctypes.data)
+
+
+def backward(g, normalised, reciprocal, scale, g_x, g_scale, g_shift) -> None:
+    """The input gradient into ``g_x``; the parameters' gradients are added into the float64
+    ``g_scale`` and ``g_shift``."""
+    rows, columns = g.shape
+    if rows:
+        _kernels(g.dtype.name)[1].call(0, rows, columns, g.size, rows, g.ctypes.data,
+                                       normalised.ctypes.data, reciprocal.ctypes.data, scale.ctypes.data,
+                                       g_x.ctypes.data, g_scale.ctypes.data, g_shift.ctypes.data)
 
 
 def usable(*arrays) -> bool:
-    """True when every array is a numpy float32/float64 array of one dtype (the kernels' types)."""
+    """True when the row kernels apply: the numba elementwise backend is selected, every array is a
+    numpy float32/float64 array of one dtype, and the rows are not empty."""
     dtype = arrays[0].dtype
-    return all(type(a) is np.ndarray and a.dtype == dtype and dtype in (np.float32, np.float64)
-               for a in arrays)
+    return (get_elementwise_backend() == "numba" and arrays[0].ndim > 0 and arrays[0].shape[-1] > 0
+            and all(type(a) is np.ndarray and a.dtype == dtype and dtype in (np.float32, np.float64)
+                    for a in arrays))

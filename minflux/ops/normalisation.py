@@ -2,9 +2,10 @@
 
 Composed from means and elementwise ops, a layer norm records five nodes and its backward pass makes
 a dozen passes over the activations; as one op it stores only the normalised values and the
-reciprocal deviations (on the CPU its passes are compiled row kernels, `layer_norm_rows`), and its
-backward pass is the closed form
-``dx = r (dxhat - mean(dxhat) - xhat mean(dxhat xhat))`` with ``dxhat = g scale``.
+reciprocal deviations (on the CPU its passes are compiled row kernels, `layer_norm_rows`, unless
+``MINFLUX_ELEMENTWISE=numpy`` selects the array formula), and its backward pass is the closed form
+``dx = r (dxhat - mean(dxhat) - xhat mean(dxhat xhat))`` with ``dxhat = g scale``. An empty last axis
+has nothing to normalise: the result and the input's gradient are empty, the parameters' zero.
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ def layer_norm(x, scale=None, shift=None, eps: float = 1e-5):
     >>> g, = mf.gradient(lambda x: mf.sum(mf.layer_norm(x) * np.array([1.0, 0, 0, 0])), np.arange(4.0))
     >>> bool(abs(g.sum()) < 1e-12)             # shifting x does not change the output
     True
+    >>> mf.layer_norm(np.ones((2, 0))).shape
+    (2, 0)
     """
     v = value_of(x)
     xp = get_array_module(v, op="mf.layer_norm")
@@ -39,8 +42,8 @@ def layer_norm(x, scale=None, shift=None, eps: float = 1e-5):
     if compiled:
         out, normalised, reciprocal = _forward_rows(v, sv, bv, eps)
     else:
-        centred = v - v.mean(axis=-1, keepdims=True)
-        reciprocal = 1.0 / xp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
+        centred = v - _row_mean(v)
+        reciprocal = 1.0 / xp.sqrt(_row_mean(centred * centred) + eps)
         normalised = centred * reciprocal
         out = normalised if sv is None else normalised * sv
         if bv is not None:
@@ -51,8 +54,8 @@ def layer_norm(x, scale=None, shift=None, eps: float = 1e-5):
             g_x, g_scale, g_shift = _backward_rows(g, normalised, reciprocal, sv)
         else:
             g_normalised = g if sv is None else g * sv
-            mean_g = g_normalised.mean(axis=-1, keepdims=True)
-            mean_gn = (g_normalised * normalised).mean(axis=-1, keepdims=True)
+            mean_g = _row_mean(g_normalised)
+            mean_gn = _row_mean(g_normalised * normalised)
             g_x = reciprocal * (g_normalised - mean_g - normalised * mean_gn)
             g_scale = None if sv is None else sum_to(g * normalised, sv.shape)
             g_shift = None if bv is None else sum_to(g, bv.shape)
@@ -60,6 +63,11 @@ def layer_norm(x, scale=None, shift=None, eps: float = 1e-5):
                 g_shift if needs[2] and bv is not None else None]
 
     return record("layer_norm", out, [x, scale, shift], vjp)
+
+
+def _row_mean(a):
+    """The mean over the last axis, kept; 0 for an empty axis (numpy's mean would warn and give NaN)."""
+    return a.sum(axis=-1, keepdims=True) / max(a.shape[-1], 1)
 
 
 def _compiled_rows(v, sv, bv) -> bool:
@@ -75,7 +83,7 @@ def _forward_rows(v, sv, bv, eps):
     shift = np.zeros(columns, v.dtype) if bv is None else np.ascontiguousarray(bv)
     out, normalised = np.empty_like(x), np.empty_like(x)
     reciprocal = np.empty(x.shape[0], v.dtype)
-    layer_norm_rows.kernels()[0](x, scale, shift, float(eps), out, normalised, reciprocal)
+    layer_norm_rows.forward(x, scale, shift, float(eps), out, normalised, reciprocal)
     return out.reshape(v.shape), normalised, reciprocal
 
 
@@ -85,6 +93,6 @@ def _backward_rows(g, normalised, reciprocal, sv):
     scale = np.ones(columns, g.dtype) if sv is None else np.ascontiguousarray(sv)
     g_x = np.empty_like(g)
     g_scale, g_shift = np.zeros(columns), np.zeros(columns)
-    layer_norm_rows.kernels()[1](g, normalised, reciprocal, scale, g_x, g_scale, g_shift)
+    layer_norm_rows.backward(g, normalised, reciprocal, scale, g_x, g_scale, g_shift)
     g_scale = None if sv is None else g_scale.astype(sv.dtype)
     return g_x.reshape(shape), g_scale, g_shift.astype(g.dtype)

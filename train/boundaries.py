@@ -46,7 +46,7 @@ def boundary_values(model, vocab: Vocabulary, text: str, device: str = "cpu"):
     """
     tokens = prime_tokens(vocab, text) if text else None
     if tokens is None or len(tokens) == 0:
-        raise ValueError("--text must not be empty")
+        raise ValueError("the text is empty; give the characters to mark")
     with mf.no_grad():
         _, _, z = model(mf.to_device(tokens[None, :], device), model.initial_state(1))
     if z is None:
@@ -197,7 +197,7 @@ def render_html(symbols: list[str], z: np.ndarray, title: str = "HM-LSTM boundar
 @command
 def main(argv: list[str] | None = None) -> int:
     """Command line: print and draw a run's boundaries over a text; returns the exit status."""
-    from .runs import add_run_arguments, open_run
+    from .runs import RunError, add_run_arguments, open_run
 
     parser = argparse.ArgumentParser(prog=prog("train.boundaries"), description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", help="a run directory written by python -m train (an HM-LSTM)")
@@ -209,14 +209,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=80, help="characters per terminal row")
     add_run_arguments(parser)
     args = parser.parse_args(argv)
+    if args.width < 1 or args.batch_size < 1:
+        parser.error(f"--width and --batch-size must be >= 1, got {args.width} and {args.batch_size}")
     run = open_run(args.run_dir, args.checkpoint, args.device)
     if args.file:
         try:
             columns, rows = rates_over_file(run.model, run.vocab, Path(args.file), run.cfg.data.corpus,
                                             args.batch_size, run.cfg.train.seq_len, run.device)
-        except (ValueError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+        except UnicodeDecodeError as exc:
+            raise RunError(f"--file {args.file} is not UTF-8 text (byte {exc.start}); give a text file") \
+                from None
+        except OSError as exc:
+            raise RunError(f"--file {args.file}: cannot read it: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise RunError(f"--file {args.file}: {exc}") from None
         print(f"{run.path} [{run.checkpoint_name} checkpoint, step {run.step}] z = 1 by position in the word "
               f"over {args.file}:\n")
         print(position_table(rows, columns))
@@ -224,8 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         tokens, z = boundary_values(run.model, run.vocab, args.text, run.device)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise RunError(f"--text: {exc}") from None
     symbols = display_symbols(run.vocab, tokens)
     print(render_terminal(symbols, z, args.width))
     rates = ", ".join(f"layer {i + 1} {r:.1%}" for i, r in enumerate(z.mean(axis=0)))

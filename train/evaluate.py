@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="streams to evaluate with (default: the run's evaluation batch size)")
     add_run_arguments(parser)
     args = parser.parse_args(argv)
+    if args.batch_size < 0:
+        parser.error(f"--batch-size must be >= 1 (0: the run's evaluation batch size), got {args.batch_size}")
     run = open_run(args.run_dir, args.checkpoint, args.device)
     corpus = run.corpus()
     tokens = split_tokens(corpus, args.split, run.cfg)

@@ -63,7 +63,26 @@ class RunDir:
         self.lock = self.path / ".lock"
 
     def create(self) -> "RunDir":
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        """Make the directory and its ``checkpoints`` folder; a path that is not a folder (or cannot
+        become one) is a `RunError` naming it.
+
+        >>> import tempfile, pathlib
+        >>> file = pathlib.Path(tempfile.mkdtemp()) / "notes.txt"; _ = file.write_text("x")
+        >>> RunDir(file).create()
+        Traceback (most recent call last):
+        ...
+        train.runs.RunError: cannot use .../notes.txt as a run directory: it is a regular file; ...
+        """
+        for folder in (self.path, *self.path.parents):
+            if os.path.lexists(folder) and not folder.is_dir():
+                raise RunError(f"cannot use {self.path} as a run directory: "
+                               f"{'it' if folder == self.path else folder} is {kind_of(folder)}; name a "
+                               f"folder with --out (a new one is created)")
+        try:
+            self.checkpoints.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunError(f"cannot create the run directory {self.path}: {exc.strerror or exc}; name "
+                           f"another folder with --out") from None
         return self
 
     @contextlib.contextmanager
@@ -309,6 +328,38 @@ class OpenRun:
         return corpus
 
 
+def checkpoint_file(run: RunDir, name: str) -> Path:
+    """The checkpoint file ``--checkpoint name`` means in ``run`` (``best`` falls back to ``latest``
+    when no best was saved); a name that is not one of them is a `RunError` listing what is accepted.
+
+    >>> import tempfile
+    >>> checkpoint_file(RunDir(tempfile.mkdtemp()), "nope")
+    Traceback (most recent call last):
+    ...
+    train.runs.RunError: --checkpoint nope: no such file; --checkpoint takes best, latest or the path ...
+    """
+    have = [p.stem for p in (run.best, run.latest) if p.is_file()]
+    accepted = (f"--checkpoint takes best, latest or the path of a checkpoint file (this run has "
+                f"{' and '.join(have) if have else 'none yet'})")
+    if name not in ("best", "latest"):
+        file = Path(name)
+        if file.is_file():
+            return file
+        what = f"it is {kind_of(file)}" if os.path.lexists(file) else "no such file"
+        raise RunError(f"--checkpoint {name}: {what}; {accepted}")
+    file = run.checkpoint(name)
+    if file.is_file():
+        return file
+    if name == "best" and run.latest.is_file():
+        return run.latest
+    if os.path.lexists(file):
+        raise RunError(f"{file} is {kind_of(file)}, not a checkpoint file; move it out of {run.checkpoints}")
+    if not have:
+        raise RunError(f"{run} has no checkpoint in {run.checkpoints}: the run stopped before its first "
+                       f"checkpoint")
+    raise RunError(f"{run} has no {name} checkpoint ({file}); {accepted}")
+
+
 def open_run(path: str | Path, checkpoint: str = "best", device: str = "auto") -> OpenRun:
     """Reopen run directory ``path`` with its ``checkpoint`` (``best``, ``latest`` or a file).
 
@@ -322,11 +373,7 @@ def open_run(path: str | Path, checkpoint: str = "best", device: str = "auto") -
         raise RunError(f"{path} is not a run directory (no config.toml); runs are written by "
                        "python -m train (see --out)")
     cfg = load_config(run.config)
-    file = run.checkpoint(checkpoint)
-    if not file.is_file() and checkpoint == "best" and run.latest.is_file():
-        file = run.latest
-    if not file.is_file():
-        raise RunError(f"no checkpoint {file} in {path}; the run stopped before its first checkpoint")
+    file = checkpoint_file(run, checkpoint)
     meta = mf.io.read(file).meta
     if "vocabulary" not in meta:
         raise mf.io.CheckpointError(f"{file} has no vocabulary in its metadata; it was not written by "

@@ -1,10 +1,12 @@
 """Shared test configuration: one kernel cache for the whole session (a fresh directory, unless
-``MINFLUX_CACHE_DIR`` is set), and tests marked ``gpu`` skip cleanly without CuPy and a CUDA device."""
+``MINFLUX_CACHE_DIR`` is set), tests marked ``gpu`` skip cleanly without CuPy and a CUDA device, and
+a test that leaves a signal handler of its own installed fails (Ctrl-C must always stop the run)."""
 from __future__ import annotations
 
 import atexit
 import os
 import shutil
+import signal
 import tempfile
 
 import numpy as np
@@ -24,6 +26,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_are_restored():
+    """Fail a test that leaves its own SIGINT or SIGTERM handler behind (and put the old one back)."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    leaked = [signal.Signals(s).name for s, h in before.items() if signal.getsignal(s) is not h]
+    for s, h in before.items():
+        signal.signal(s, h)
+    assert not leaked, f"the test left its own {' and '.join(leaked)} handler installed"
 
 
 @pytest.fixture(params=["numba", "numpy"])

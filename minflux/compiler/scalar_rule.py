@@ -12,6 +12,7 @@ array([-0.1,  2. ])
 """
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 from .compiled import compiled, primal
@@ -32,6 +33,24 @@ def _unique_name(fn: Callable) -> str:
     n = _made.get(base, 0) + 1
     _made[base] = n
     return base if n == 1 else f"{base}#{n}"
+
+
+def _check_signature(fn: Callable, j: int, rule, arity: int) -> None:
+    """Refuse a derivative rule that cannot be called as ``rule(m, *args, y)``, now rather than at the
+    first gradient."""
+    if rule is None:
+        return
+    try:
+        signature = inspect.signature(rule)
+    except (TypeError, ValueError):  # a callable without a readable signature: trust it
+        return
+    try:
+        signature.bind(*range(arity + 2))
+    except TypeError:
+        names = ", ".join(fn.__code__.co_varnames[:arity])
+        raise TypeError(f"scalar_rule: derivative rule {j + 1} of {fn.__qualname__} has the signature "
+                        f"{signature}; a rule is called as (m, *args, y), here (m, {names}, y): the "
+                        f"math namespace, the function's {arity} argument(s) and its value") from None
 
 
 class ScalarRule:
@@ -60,6 +79,8 @@ class ScalarRule:
             raise TypeError(f"scalar_rule got {len(partials)} derivative rules for {fn.__qualname__}, "
                             f"which takes {self.arity} arguments")
         self.partials = tuple(partials) + (None,) * (self.arity - len(partials))
+        for j, rule in enumerate(self.partials):
+            _check_signature(fn, j, rule, self.arity)
         self.op = _unique_name(fn)
         self._subroutines: dict | None = None
         define(self.op, self.impl, *self.partials, doc=fn.__doc__ or "")

@@ -145,3 +145,23 @@ def test_the_disk_cache_never_serves_one_rule_for_another(tmp_path):
         a = float(slopes[0])
         np.testing.assert_allclose(value, hard_sigmoid_value(a, x), rtol=1e-15)
         np.testing.assert_allclose(grad, hard_sigmoid_slope(a, x) * x + hard_sigmoid_value(a, x), rtol=1e-12)
+
+
+@pytest.mark.parametrize("rule", [lambda m, x: 1.0, lambda m, x, a: 1.0, lambda x, a, y: 1.0,
+                                  lambda m, x, a, y, extra: 1.0], ids=["no y", "no y 2", "no m", "extra"])
+def test_a_rule_with_the_wrong_signature_is_refused_when_defined(rule):
+    """Not at the first gradient, with a raw TypeError from inside the compiler."""
+    with pytest.raises(TypeError, match=r"^scalar_rule: derivative rule 1 of .*two_args has the signature "
+                                        r"\(.*\); a rule is called as \(m, \*args, y\), here \(m, x, a, y\)"):
+        @mf.scalar_rule(rule)
+        def two_args(x, a):
+            return x * a
+
+
+def test_rules_that_take_the_arguments_in_any_spelling_are_accepted():
+    @mf.scalar_rule(lambda m, x, a, y: a, lambda m, *rest: rest[0])
+    def product(x, a):
+        return x * a
+    g = mf.gradient(lambda x, a: mf.sum(product(x, a)), np.array([2.0]), np.array([3.0]))
+    np.testing.assert_array_equal(g[0], [3.0])
+    np.testing.assert_array_equal(g[1], [2.0])

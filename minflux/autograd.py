@@ -354,7 +354,8 @@ def _untracked_loss_message(loss, any_tracked: bool) -> str:
                 f"one), and f returned {what}.")
     return (f"the loss f returned ({what}) does not depend on the arguments being differentiated, so "
             "every gradient would be None. It was computed without minflux ops on them: with numpy "
-            "functions, float()/.item(), under mf.no_grad or mf.stop_gradient, or not from them at all.")
+            "functions, float()/.item(), under mf.no_grad or mf.stop_gradient, only through "
+            "comparisons and conditions (which carry no derivative), or not from them at all.")
 
 
 def _is_float(a) -> bool:

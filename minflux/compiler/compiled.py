@@ -30,6 +30,7 @@ from ..backend import get_array_module
 from .dtypes import kind_dtype
 from .adjoint import adjoint, supports_adjoint
 from .cost import prefer_adjoint
+from .dependence import with_structural_zeros
 from .dual import DualFunction, differentiate
 from .frontend import Parsed, parse
 from .ir import Function
@@ -120,7 +121,9 @@ class CompiledFunction:
 
         ``mode`` is ``"mixed"`` (forward-mode duals), ``"adjoint"`` (the element-local adjoint,
         loop-free functions only) or ``"auto"``: the adjoint where the cost model finds it
-        cheaper, duals otherwise.
+        cheaper, duals otherwise. In every mode, ``constants`` holds a 0 for each pair whose partial
+        folded to zero although the output depends on the input (`dependence`), so every mode and
+        the tape give that input a zero gradient, and None only where nothing differentiable links them.
         """
         if not wrt and mode in KERNEL_MODES:
             mode = "mixed"     # nothing to differentiate: one primal function for every mode
@@ -131,9 +134,10 @@ class CompiledFunction:
                 raise ValueError(f"unknown kernel mode {mode!r}; use one of {KERNEL_MODES}")
             typed = self.typed_for(kinds)
             if mode == "adjoint":
-                d = adjoint(typed, list(wrt))
+                d = with_structural_zeros(adjoint(typed, list(wrt)), typed)
             elif mode == "mixed" or not wrt or not supports_adjoint(typed):
-                d = self.dual_for(kinds, wrt, "mixed") if mode != "mixed" else differentiate(typed, list(wrt))
+                d = self.dual_for(kinds, wrt, "mixed") if mode != "mixed" else \
+                    with_structural_zeros(differentiate(typed, list(wrt)), typed)
             else:
                 duals, reverse = self.dual_for(kinds, wrt, "mixed"), self.dual_for(kinds, wrt, "adjoint")
                 d = reverse if prefer_adjoint(duals, reverse) else duals

@@ -51,7 +51,9 @@ class DualFunction:
 
     ``function`` returns ``n_outputs`` primal outputs followed by one value per entry of ``slots``:
     ``slots[i] = (m, k)`` is ``d output_m / d input_k``. ``constants[(m, k)]`` holds partials that are
-    the same nonzero number everywhere; pairs in neither are zero.
+    the same number everywhere: nonzero from the transforms, and 0 where
+    `minflux.compiler.dependence.with_structural_zeros` adds a dependence whose partial folded away;
+    pairs in neither are zero and have no differentiable dependence.
     """
 
     function: Function

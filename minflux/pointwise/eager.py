@@ -59,7 +59,10 @@ def apply_primitive_now(name: str, *args, tape=None):
             if isinstance(a, Tensor):
                 return Tensor(y)
         return y
-    return broadcast_node(name, args, (y,), partials, values=values)
+    # arguments without a partial are recorded as constants, so the tape links y only to the inputs
+    # it is differentiated by (`reverse` asks the tape which inputs an output reaches)
+    linked = [a if (0, k) in partials else values[k] for k, a in enumerate(args)]
+    return broadcast_node(name, linked, (y,), partials, values=values)
 
 
 def _as_dtype(partial, y):

@@ -14,7 +14,7 @@ from ..autograd import active_tape
 from ..compiler.compiled import compiled, prepare
 from ..compiler.scalar_rule import ScalarRule
 from ..tensor import Tensor, unwrap
-from .node import broadcast_node
+from .node import broadcast_outputs
 from .primitives import apply_primitive
 from .reverse import run_reverse
 
@@ -167,5 +167,5 @@ def broadcast(fn: Callable, *args, mode: str = "auto"):
     partials = dict(dual.constants)
     for (m, k), array in zip(dual.slots, outs[n:]):
         partials[(m, k)] = array
-    result = broadcast_node(cf.name, args, outputs, partials, fresh=True)
-    return tuple(result) if n > 1 else result
+    result = broadcast_outputs(cf.name, args, outputs, partials, fresh=True)
+    return tuple(result) if n > 1 else result[0]

@@ -14,7 +14,7 @@ import numpy as np
 from ..autograd import is_seed_broadcast, record
 from ..backend import get_array_module
 from ..broadcasting import sum_to
-from ..tensor import unwrap
+from ..tensor import Tensor, unwrap
 
 
 def _finish(acc, shape, dtype):
@@ -127,3 +127,29 @@ def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], parti
         return grads
 
     return record(name, list(outputs), args, vjp_multi, multi=True)
+
+
+def broadcast_outputs(name: str, args: Sequence[Any], outputs: Sequence[Any], partials: dict,
+                      fresh: bool = False) -> list:
+    """`broadcast_node` for the outputs that have partials; the others come back untracked.
+
+    An output with no entry in ``partials`` depends on no tracked argument through a differentiable
+    operation (a zero partial that still links them is an entry 0), so it is a constant for the
+    tape, as the result of any other op on untracked values is.
+
+    >>> import minflux as mf, numpy as np
+    >>> def two(x):
+    ...     return broadcast_outputs("two", [x], [2 * x.value, x.value > 0], {(0, 0): 2})
+    >>> mf.gradient(lambda x: mf.sum(two(x)[0]) + mf.sum(two(x)[1]), np.ones(2))[0]
+    array([2., 2.])
+    """
+    tracked = sorted({m for m, _ in partials})
+    result = [Tensor(o) for o in outputs]
+    if not tracked:
+        return result
+    index = {m: i for i, m in enumerate(tracked)}
+    recorded = broadcast_node(name, args, [outputs[m] for m in tracked],
+                              {(index[m], k): p for (m, k), p in partials.items()}, fresh=fresh)
+    for m, t in zip(tracked, recorded if len(tracked) > 1 else [recorded]):
+        result[m] = t
+    return result

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..autograd import active_tape
 from ..backend import get_array_module
+from ..compiler.dependence import differentiable_dependence
 from ..compiler.dtypes import kind_dtype
 from ..compiler.numpy_backend import ArrayOps, evaluate
 from ..tensor import Tensor, unwrap
 from .eager import apply_primitive_now
+from .node import broadcast_node
 
 
 class _TapeOps(ArrayOps):
@@ -38,6 +41,8 @@ def run_reverse(cf, args, arrays, kinds, float_dtype, shape):
     """Evaluate compiled function ``cf`` op by op; ``arrays`` etc. come from `compiler.compiled.prepare`."""
     xp = get_array_module(*arrays)
     fn = cf.typed_for(kinds)
+    tape = active_tape()
+    first_node = len(tape.nodes) if tape is not None else 0
     inputs = [a if isinstance(a, Tensor) and kind == "f" else arr
               for a, arr, kind in zip(args, arrays, kinds)]
     outs = evaluate(fn, inputs, _TapeOps(xp, float_dtype, fn.subroutines))
@@ -59,4 +64,35 @@ def run_reverse(cf, args, arrays, kinds, float_dtype, shape):
         elif not isinstance(out, Tensor) and not hasattr(out, "shape"):
             out = xp.asarray(out)
         result.append(out)
+    wrt = [k for k, a in enumerate(args) if kinds[k] == "f" and isinstance(a, Tensor) and a._tape is tape]
+    if tape is not None and wrt:
+        deps = differentiable_dependence(fn, wrt)
+        result = [_link(cf.name, out, deps[m], args, tape, first_node) for m, out in enumerate(result)]
+    elif any(isinstance(a, Tensor) for a in args):
+        result = [out if isinstance(out, Tensor) else Tensor(out) for out in result]
     return tuple(result) if len(result) > 1 else result[0]
+
+
+def _reached(tape, first_node: int, slot: int) -> set:
+    """The slots that ``slot`` reaches backwards through the nodes recorded since ``first_node``."""
+    reached = {slot}
+    for node in reversed(tape.nodes[first_node:]):
+        if any(s in reached for s in node.outputs):
+            reached.update(s for s in node.inputs if s)
+    return reached
+
+
+def _link(name: str, out, depends: frozenset, args, tape, first_node: int):
+    """Output ``out`` of the op-by-op evaluation, linked with partial 0 to every input it depends on
+    differentiably (`compiler.dependence`) but did not reach on the tape (a branch no lane took, an
+    empty array): the same gradients, zeros or None, as the kernel modes give."""
+    tracked = isinstance(out, Tensor) and out._tape is tape and out._slot
+    reached = _reached(tape, first_node, out._slot) if tracked else set()
+    missing = [k for k in sorted(depends) if args[k]._slot not in reached]
+    if not missing:
+        return out if isinstance(out, Tensor) else Tensor(out)
+    linked = ([out] if tracked else []) + [args[k] for k in missing]
+    partials = {(0, j): 0.0 for j in range(len(linked))}
+    if tracked:
+        partials[(0, 0)] = 1
+    return broadcast_node(name, linked, [unwrap(out)], partials)

@@ -25,3 +25,36 @@ def test_returning_a_tracked_argument_gives_a_new_tensor(mode):
         assert y is not x and not np.shares_memory(y.value, x.value)
         return mf.sum(y * y)
     np.testing.assert_allclose(mf.gradient(loss, a)[0], 2 * a)
+
+
+def branchy(x, y):
+    if x > 100:
+        return x * y
+    return 0.0
+
+
+def doubled_below_zero(x):
+    return x if x > 0 else 2.0 * x
+
+
+@pytest.mark.parametrize("mode", ["auto", "mixed", "adjoint", "reverse"])
+def test_branches_no_lane_takes_give_the_gradient_every_mode_gives(mode):
+    """A branch no lane takes (every branch, for a zero-size input) runs no op in reverse mode; the
+    result still depends on the inputs, so each gets the zeros the kernel modes give."""
+    for n in (3, 0):
+        x, y = np.ones(n), np.full(n, 2.0)
+        value, (gx, gy) = mf.withgradient(lambda x, y: mf.sum(mf.broadcast(branchy, x, y, mode=mode)), x, y)
+        assert float(value) == 0.0
+        np.testing.assert_array_equal(gx, np.zeros(n))
+        np.testing.assert_array_equal(gy, np.zeros(n))
+    (g,) = mf.gradient(lambda x: mf.sum(mf.broadcast(doubled_below_zero, x, mode=mode)), np.ones(0))
+    assert g.shape == (0,)
+
+
+@pytest.mark.parametrize("mode", ["mixed", "reverse"])
+def test_a_constant_result_of_a_tracked_call_is_an_untracked_tensor(mode):
+    def loss(x):
+        out = mf.broadcast(lambda u: 2.0, x, mode=mode)
+        assert isinstance(out, mf.Tensor) and out._tape is None
+        return mf.sum(x * 1.0) + mf.sum(out)
+    np.testing.assert_array_equal(mf.gradient(loss, np.ones(2))[0], [1.0, 1.0])

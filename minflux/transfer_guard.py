@@ -2,16 +2,19 @@
 
 A training step on the GPU should launch kernels and return; every ``float(loss)``, ``int(x.max())``
 or ``cupy.asnumpy(...)`` inside it copies device data to the host and makes the host wait for the
-device. `no_host_transfers` turns such copies into a `HostTransferError` naming what was copied.
+device. `no_host_transfers` turns such copies into a `HostTransferError`.
 
 How copies are seen:
 
 - on CuPy, by CuPy's synchronisation detector (the one behind ``cupyx.allow_synchronize``), which
   every device-to-host copy of an ``ndarray`` (``get``, ``float``, ``int``, ``bool``, ``item``,
-  ``asnumpy``) and every explicit synchronisation passes through;
-- everywhere, by `note_transfer`, which array types and library code call at a conversion point
-  (a test substitutes a numpy subclass that calls it from ``__float__``, ``item`` and the like, so the
-  guard is exercised without a GPU).
+  ``asnumpy``) and every explicit synchronisation passes through. It can only refuse, so it is armed
+  in strict blocks alone: a ``strict=False`` block does not count CuPy copies, and the error says
+  that a CuPy copy or synchronisation happened, not which one;
+- by `note_transfer`, for an array type that calls it at its conversion points, with a description
+  of the copy that the log records and the error names. No minflux code calls it: the tests
+  substitute a numpy subclass that calls it from ``__float__``, ``item`` and the like, so the guard
+  is exercised without a GPU.
 
 >>> import minflux as mf
 >>> with mf.no_host_transfers() as transfers:

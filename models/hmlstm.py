@@ -21,7 +21,6 @@ from typing import Sequence
 import numpy as np
 
 import minflux as mf
-from minflux.tensor import unwrap
 
 from .boundaries import MIN_LAYERS
 from .cells import boundary, hm_update, hm_update_blend
@@ -71,6 +70,11 @@ COPY_SKIP_MIN_WORK = 2**22
 """The multiply-adds the skipped rows must save (below it, the extra ops cost more than they save)."""
 
 
+def _value(x):
+    """The array of ``x``: a Tensor's value (read as a constant), anything else as it is."""
+    return x.value if isinstance(x, mf.Tensor) else x
+
+
 def copy_rows(z, z_below, work_per_row: int):
     """The ``(B,)`` mask of rows that COPY (``z = 0`` and ``z_below = 0``) when skipping them pays:
     they are at least `COPY_SKIP_FRACTION` of the batch, save at least `COPY_SKIP_MIN_WORK`
@@ -79,7 +83,7 @@ def copy_rows(z, z_below, work_per_row: int):
     >>> copy_rows(np.array([[0.0], [1.0], [0.0]]), np.array([[0.0], [0.0], [1.0]]), 2**22)
     array([ True, False, False])
     """
-    z, z_below = unwrap(z), unwrap(z_below)
+    z, z_below = _value(z), _value(z_below)
     if not isinstance(z, np.ndarray) or not isinstance(z_below, np.ndarray):
         return None  # on a GPU, counting the rows would wait for the device at every step
     copying = ((z == 0) & (z_below == 0)).reshape(-1)
@@ -273,7 +277,7 @@ class HMLSTM(mf.nn.Module):
                 hidden_steps[l].append(h)
                 h_below, z_below = h, z
             states = new_states
-            boundary_steps.append([unwrap(z) for _, _, z in states[:-1]])
+            boundary_steps.append([_value(z) for _, _, z in states[:-1]])
         logits = self.output([mf.stack(hs, axis=1) for hs in hidden_steps])
         new_state = [{"c": c, "h": h, "z": z} for c, h, z in states]
         xp = mf.get_array_module(self.embed.W)

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
-
 from ..ops import matmul
 
 from . import init as initialisers
+from ._checks import check_sizes, input_shape
 from ._rng import as_generator
 from .module import Module
 
@@ -33,16 +32,14 @@ class Dense(Module):
 
     def __init__(self, n_in: int, n_out: int, activation: Callable | None = None, *, rng,
                  bias: bool = True, init: Callable = initialisers.glorot_uniform, dtype=None):
+        check_sizes("Dense", n_in=n_in, n_out=n_out)
         rng = as_generator(rng, "Dense")
         self.W = init(rng, n_in, n_out, dtype=dtype)
         self.b = initialisers.zeros(None, n_out, dtype=self.W.dtype) if bias else None
         self.activation = activation
 
     def __call__(self, x):
-        n_in = self.W.shape[0]
-        if np.shape(x)[-1:] != (n_in,):
-            raise ValueError(f"{self._repr_head()} expects inputs whose last axis has length {n_in}, "
-                             f"got shape {tuple(np.shape(getattr(x, 'value', x)))}")
+        input_shape(self._repr_head(), x, self.W.shape[0])
         y = matmul(x, self.W)
         if self.b is not None:
             y = y + self.b

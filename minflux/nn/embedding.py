@@ -9,6 +9,7 @@ from ..backend import get_array_module
 from ..ops import take
 
 from . import init as initialisers
+from ._checks import check_sizes, input_shape
 from ._rng import as_generator
 from .module import Module
 from ..tensor import unwrap
@@ -29,9 +30,11 @@ class Embedding(Module):
 
     def __init__(self, vocab_size: int, dim: int, *, rng, init: Callable = initialisers.normal,
                  dtype=None):
+        check_sizes("Embedding", vocab_size=vocab_size, dim=dim)
         self.W = init(as_generator(rng, "Embedding"), vocab_size, dim, dtype=dtype)
 
     def __call__(self, ids):
+        input_shape(self._repr_head(), ids, what="integer ids")
         ids = unwrap(ids)
         xp = get_array_module(ids, self.W, op="Embedding")
         ids = xp.asarray(ids)

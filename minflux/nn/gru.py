@@ -11,6 +11,7 @@ from ..pointwise.functions import elementwise
 from ..pointwise.primitives import sigmoid, tanh
 
 from . import init as initialisers
+from ._checks import check_sizes, input_shape
 from ._rng import as_generator
 from .module import Module
 
@@ -49,6 +50,7 @@ class GRUCell(Module):
 
     def __init__(self, n_in: int, hidden: int, *, rng, init: Callable = initialisers.glorot_uniform,
                  init_recurrent: Callable = initialisers.orthogonal, dtype=None):
+        check_sizes("GRUCell", n_in=n_in, hidden=hidden)
         rng = as_generator(rng, "GRUCell")
         self.Wx = init(rng, n_in, 3 * hidden, dtype=dtype)
         self.Wh = np.concatenate([init_recurrent(rng, hidden, hidden, dtype=dtype) for _ in range(3)],
@@ -64,11 +66,7 @@ class GRUCell(Module):
         return xp.zeros(batch_shape + (self.hidden,), dtype=self.Wx.dtype)
 
     def __call__(self, x, state=None):
-        n_in = self.Wx.shape[0]
-        shape = tuple(getattr(x, "shape", ()))
-        if shape[-1:] != (n_in,):
-            raise ValueError(f"{self._repr_head()} expects inputs whose last axis has length {n_in}, "
-                             f"got shape {shape}")
+        shape = input_shape(self._repr_head(), x, self.Wx.shape[0])
         h = self.initial_state(shape[:-1]) if state is None else state
         x_r, x_z, x_n = split(matmul(x, self.Wx) + self.b, 3, axis=-1)
         h_r, h_z, h_n = split(matmul(h, self.Wh), 3, axis=-1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..ops.normalisation import layer_norm
 
 from . import init as initialisers
+from ._checks import check_sizes, input_shape
 from .module import Module
 
 
@@ -21,12 +22,14 @@ class LayerNorm(Module):
     """
 
     def __init__(self, dim: int, eps: float = 1e-5, affine: bool = True, dtype=None):
+        check_sizes("LayerNorm", dim=dim)
         self.eps = float(eps)
         self.scale = initialisers.ones(None, dim, dtype=dtype) if affine else None
         self.shift = initialisers.zeros(None, dim, dtype=dtype) if affine else None
         self.dim = dim
 
     def __call__(self, x):
+        input_shape(self._repr_head(), x, self.dim)
         return layer_norm(x, self.scale, self.shift, self.eps)
 
     def _repr_head(self) -> str:

@@ -11,6 +11,7 @@ from ..pointwise.functions import elementwise
 from ..pointwise.primitives import sigmoid, tanh
 
 from . import init as initialisers
+from ._checks import check_sizes, input_shape
 from ._rng import as_generator
 from .module import Module
 
@@ -42,6 +43,7 @@ class LSTMCell(Module):
     def __init__(self, n_in: int, hidden: int, *, rng, init: Callable = initialisers.glorot_uniform,
                  init_recurrent: Callable = initialisers.orthogonal, forget_bias: float = 0.0,
                  dtype=None):
+        check_sizes("LSTMCell", n_in=n_in, hidden=hidden)
         rng = as_generator(rng, "LSTMCell")
         self.Wx = init(rng, n_in, 4 * hidden, dtype=dtype)
         self.Wh = np.concatenate([init_recurrent(rng, hidden, hidden, dtype=dtype) for _ in range(4)],
@@ -59,11 +61,7 @@ class LSTMCell(Module):
         return xp.zeros(shape, dtype=dtype), xp.zeros(shape, dtype=dtype)
 
     def __call__(self, x, state: tuple | None = None):
-        n_in = self.Wx.shape[0]
-        shape = tuple(getattr(x, "shape", ()))
-        if shape[-1:] != (n_in,):
-            raise ValueError(f"{self._repr_head()} expects inputs whose last axis has length {n_in}, "
-                             f"got shape {shape}")
+        shape = input_shape(self._repr_head(), x, self.Wx.shape[0])
         if state is None:
             state = self.initial_state(shape[:-1])
         h, c = state

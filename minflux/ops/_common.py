@@ -8,10 +8,47 @@ from ..tensor import Tensor
 
 
 def value_of(x):
-    """The array inside a Tensor, an array itself, or a number or nested list as a numpy array."""
+    """The array inside a Tensor, an array itself, or a number or nested list as a numpy array.
+
+    Anything else (a string, None, a tuple, a dict) is a `TypeError` saying what was given: numpy would
+    turn a string or None into a 0-d array and a tuple of arrays into one stacked array, without a word.
+
+    >>> value_of([1.0, 2.0])
+    array([1., 2.])
+    >>> value_of("abc")
+    Traceback (most recent call last):
+    ...
+    TypeError: a minflux op got a str ('abc') where it takes an array, a Tensor, a number or a (nested) list of numbers
+    """
     if isinstance(x, Tensor):
         return x.value
-    return x if is_array(x) else np.asarray(x)
+    if is_array(x):
+        return x
+    if isinstance(x, (str, bytes, tuple, dict, set)) or x is None:
+        raise TypeError(f"a minflux op got {describe(x)} where it takes an array, a Tensor, a number or a "
+                        f"(nested) list of numbers" + _hint(x))
+    return np.asarray(x)
+
+
+def describe(x) -> str:
+    """What ``x`` is, for an error message: ``a str ('abc')``, ``a tuple of 2 items``, ``None``.
+
+    >>> describe((1, 2)), describe(None), describe("abc")
+    ('a tuple of 2 items', 'None', "a str ('abc')")
+    """
+    if x is None:
+        return "None"
+    if isinstance(x, (tuple, list, dict, set)):
+        return f"a {type(x).__name__} of {len(x)} items"
+    text = repr(x)
+    return f"a {type(x).__name__} ({text if len(text) <= 40 else text[:37] + '...'})"
+
+
+def _hint(x) -> str:
+    if isinstance(x, tuple):
+        return ("; a tuple is not one input: join arrays with mf.stack or mf.concatenate, or pass "
+                "np.asarray(t) for numbers")
+    return ""
 
 
 def shape_of(x) -> tuple:

@@ -161,14 +161,19 @@ def summary(outcome, cfg, took: float) -> str:
     stopped = stop_summary(outcome.stopped, outcome.budget, p.step, p.epoch, outcome.session_steps,
                            outcome.elapsed, run)
     lines = [""]
-    if outcome.valid is not None:
+    if outcome.valid is not None and outcome.recorded:
+        lines.append(f"validation: {outcome.valid} [step {p.step:,}, recorded when the run finished; "
+                     f"python -m train.evaluate {run} validates again]")
+    elif outcome.valid is not None:
         lines.append(f"validation: {outcome.valid} [step {p.step:,}, {took / 60:.1f} min this session]")
         if outcome.best_bpc is not None and outcome.best_bpc < outcome.valid.bpc:
             lines.append(f"best validation: {outcome.best_bpc:.4f} bits per character ({run.best})")
     lines += stopped
     if outcome.stopped == "interrupted":
         return "\n".join(lines)
-    lines += ["", f"sample (temperature {cfg.sample.temperature}):", cfg.sample.prime + outcome.sample, "",
+    heading = (f"sample ({run.sample}, saved when the run finished):" if outcome.recorded else
+               f"sample (temperature {cfg.sample.temperature}):")
+    lines += ["", heading, cfg.sample.prime + outcome.sample, "",
               f"run files: {run}/ (config.toml, metrics.jsonl, train.log, sample.txt, checkpoints/best.h5, "
               "checkpoints/latest.h5)",
               f"next: python -m train.evaluate {run} --split test | python -m train.sample {run} "

@@ -119,8 +119,12 @@ class TrainConfig:
                                      "all sessions; how many steps that is depends on the machine's load")
     eval_every: int = bounded(0, at_least=0, note="0: once per epoch", doc="steps between validations")
     eval_chars: int = bounded(0, at_least=0, note="0: the whole split",
-                              doc="validate on the first N characters only (the final validation uses "
-                                  "the whole split)")
+                              doc="validate on the first N characters only (the final validation reads "
+                                  "`train.final_eval_chars`)")
+    final_eval_chars: int = bounded(0, at_least=0, note="0: the whole split",
+                                    doc="the validation at the end of a run reads the first N characters "
+                                        "only: a quick end-to-end check of a big config (results are "
+                                        "reported over the whole split, so leave it 0 for them)")
     eval_batch_size: int = bounded(0, at_least=0, note="0: the training batch size",
                                    doc="streams the validation split is divided into")
     checkpoint_every: int = bounded(200, at_least=1,

@@ -9,8 +9,10 @@ epoch, ``a = min(5, 1 + 0.04 * epoch)`` (`models.annealed_slope`).
 Validation records carry the HM-LSTM's boundary statistics (each detector's rate, each layer's FLUSH /
 UPDATE / COPY fractions; `models.BoundaryStats`), the progress bar shows them, and a detector that has
 stopped firing (or fires on every character) for two validations is reported once as a warning
-(`train.boundary_watch`). The last step is validated once, over the whole split, in the ``end`` record:
-it updates ``best`` but not the learning-rate schedule, since training is over.
+(`train.boundary_watch`). The last step is validated once, over the whole split (or its first
+``train.final_eval_chars`` characters), in the ``end`` record: it updates ``best`` but not the
+learning-rate schedule, since training is over. A finished run resumed with nothing left to train
+keeps its recorded end validation and sample instead of computing them again.
 
 Everything a run needs to continue exactly is in its ``latest`` checkpoint: parameters, optimiser
 state, data position (epoch, window), recurrent state, random generator, learning-rate schedule, the
@@ -40,7 +42,9 @@ from minflux.files import write_atomically
 from .boundary_watch import BoundaryWatch
 from .config import Config, OptimConfig, dump_toml, parse_config
 from .divergence import TrainingDiverged, update_if_finite
+from .eta import EndEstimate
 from .evaluate import Evaluation, evaluate_tokens
+from .meter import Meter
 from .metrics import MetricsLog
 from .parallel import DataParallel
 from .progress import FILE_ONLY, progress_bar, progress_line
@@ -84,6 +88,7 @@ class Outcome:
     best_bpc: float | None = None
     sample: str = ""
     history: list = field(default_factory=list)
+    recorded: bool = False            # valid and sample are those the run recorded when it finished
 
 
 class _StopFlag:
@@ -113,49 +118,6 @@ class _StopFlag:
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)
-
-
-class _Meter:
-    """Means over the steps between two log lines: loss, characters per second, boundary rates."""
-
-    def __init__(self):
-        self._reset()
-
-    def _reset(self):
-        self.loss, self.chars, self.steps, self.rates = 0.0, 0, 0, None
-        self.start, self.paused, self.carried = time.perf_counter(), 0.0, 0.0
-
-    def clock_starts(self) -> None:
-        """Count training time from now on (the sums and the time carried from a checkpoint stay)."""
-        self.start, self.paused = time.perf_counter(), 0.0
-
-    def add(self, loss: float, chars: int, rates) -> None:
-        self.loss, self.chars, self.steps = self.loss + loss, self.chars + chars, self.steps + 1
-        if rates is not None:
-            self.rates = rates if self.rates is None else self.rates + rates
-
-    def pause(self, seconds: float) -> None:
-        self.paused += seconds
-
-    def state_dict(self) -> dict:
-        """The sums so far (saved in checkpoints, so a resumed run's next line averages the same steps)."""
-        return dict(loss=self.loss, chars=self.chars, steps=self.steps, rates=self.rates,
-                    seconds=time.perf_counter() - self.start - self.paused + self.carried)
-
-    def load_state_dict(self, state: dict) -> None:
-        self._reset()
-        self.loss, self.chars, self.steps, self.rates = (state["loss"], state["chars"], state["steps"],
-                                                         state["rates"])
-        self.carried = state["seconds"]
-
-    def take(self) -> dict:
-        """The summary since the last ``take``, and a fresh start."""
-        seconds = max(time.perf_counter() - self.start - self.paused + self.carried, 1e-9)
-        mean = self.loss / max(self.steps, 1)
-        rates = [] if self.rates is None else [round(float(r), 4) for r in self.rates / self.steps]
-        out = dict(loss=mean, bpc=mean / LN2, chars_per_s=self.chars / seconds, boundary_rates=rates)
-        self._reset()
-        return out
 
 
 def optimiser(cfg: OptimConfig, lr: float | None = None) -> mf.optim.Rule:
@@ -197,12 +159,17 @@ class Trainer:
         self.state = None
         self.best_bpc: float | None = None
         self.elapsed = 0.0
-        self.meter = _Meter()
+        self.meter = Meter()
         self.metrics = self.parallel.metrics(MetricsLog(run.metrics))
         self.stop = _StopFlag()
         self.begun = False
         self.boundary_watch = BoundaryWatch()
         self.hierarchy = ""  # the last validation's boundary summary, for the progress display
+        self.ended: dict | None = None  # the "end" record of a finished run that was resumed
+        final = len(self.valid_tokens) - 1
+        self.end_estimate = EndEstimate(min(t.final_eval_chars or final, final),
+                                        t.eval_batch_size or t.batch_size, t.seq_len,
+                                        len(cfg.sample.prime) + cfg.sample.length)
 
     # -- checkpoints --------------------------------------------------------------------------
 
@@ -257,6 +224,7 @@ class Trainer:
         if "meter" in meta:  # absent in checkpoints of older versions
             self.meter.load_state_dict(meta["meter"])
         self._apply_changes(changed)
+        self.ended = self._end_record(self.position.step)
         self.metrics.truncate_after(self.position.step)
         log.info("resumed %s at step %d (epoch %d, window %d of %d)", self.run, self.position.step,
                  self.position.epoch, self.position.window, len(self.batcher))
@@ -403,7 +371,9 @@ class Trainer:
                 due = due and not last  # the last step is validated once, by _finish
                 if due:
                     began = time.perf_counter()
-                    self._after_validation(self.validate())
+                    result = self.validate()
+                    self.end_estimate.measured(time.perf_counter() - began, result.chars)
+                    self._after_validation(result)
                     meter.pause(time.perf_counter() - began)  # validation is not training speed
                 if due or epoch_done or p.step % t.checkpoint_every == 0:
                     self.save("latest")
@@ -425,7 +395,8 @@ class Trainer:
                             + (f" z {'/'.join(f'{r:.2f}' for r in z)}" if z else "")
                             + (f" | {self.hierarchy}" if self.hierarchy else ""))
         line = progress_line(p.step, bar.total, p.epoch, summary, self.schedule.lr, self.elapsed,
-                             (bar.total - p.step) * seconds_per_step)
+                             (bar.total - p.step) * seconds_per_step
+                             + self.end_estimate.seconds(seconds_per_step))
         if bar.disable:  # no terminal: the line is the progress report
             log.info(line)
         else:
@@ -437,7 +408,9 @@ class Trainer:
         if stopped == "interrupted":
             self.metrics.write("end", step=self.position.step, stopped=stopped)
             return outcome
-        result = self.validate(max_chars=0)
+        if session_steps == 0 and self.ended is not None:
+            return self._ended_again(outcome)
+        result = self.validate(max_chars=self.cfg.train.final_eval_chars)
         improved = self.best_bpc is None or result.bpc < self.best_bpc
         if improved:
             self.best_bpc = outcome.best_bpc = result.bpc
@@ -452,6 +425,28 @@ class Trainer:
         self.metrics.write("end", step=self.position.step, stopped=stopped, valid_bpc=result.bpc,
                            valid_chars=result.chars, streams=result.streams, best_bpc=self.best_bpc,
                            seconds=self.elapsed, **hierarchy)
+        return outcome
+
+    def _end_record(self, step: int) -> dict | None:
+        """The ``end`` record of a run that finished at ``step`` (validated and sampled), if any."""
+        record = None
+        if self.parallel.is_main:  # the other ranks write no metrics
+            ends = [r for r in self.metrics.read() if r["kind"] == "end" and r["step"] == step]
+            if ends and ends[-1].get("stopped") != "interrupted" and "valid_bpc" in ends[-1] \
+                    and self.run.sample.is_file():
+                record = ends[-1]
+        return self.parallel.from_main(record)
+
+    def _ended_again(self, outcome: Outcome) -> Outcome:
+        """A finished run resumed with nothing to train: its recorded end validation and saved sample
+        stand (nothing is recomputed; ``train.evaluate`` and ``train.sample`` make new ones)."""
+        end = self.ended
+        outcome.valid = Evaluation(end["valid_bpc"] * LN2, end["valid_chars"], end["streams"])
+        prime = self.cfg.sample.prime
+        text = self.run.sample.read_text(encoding="utf-8").removesuffix("\n")
+        outcome.sample = text[len(prime):] if text.startswith(prime) else text
+        outcome.recorded = True
+        self.metrics.write("end", **{k: v for k, v in end.items() if k != "kind"})
         return outcome
 
 

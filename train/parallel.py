@@ -63,6 +63,10 @@ class DataParallel:
         distributed.barrier(timeout=BUILD_TIMEOUT)
         return build()
 
+    def from_main(self, value):
+        """Rank 0's ``value`` (any picklable object) on every rank."""
+        return distributed.broadcast_object(value) if self.size > 1 else value
+
     def same_everywhere(self, tree):
         """Rank 0's arrays of ``tree`` on every rank (parameters start identical)."""
         return distributed.broadcast_tree(tree)

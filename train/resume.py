@@ -16,7 +16,8 @@ from .config import Config, ConfigError, _toml_value, parse_config, to_dict
 RESUMABLE = frozenset({
     "optim.lr", "optim.clip_norm", "optim.plateau_factor", "optim.plateau_patience", "optim.min_lr",
     "train.epochs", "train.max_steps", "train.max_minutes", "train.eval_every", "train.eval_chars",
-    "train.eval_batch_size", "train.checkpoint_every", "train.log_every", "train.device",
+    "train.final_eval_chars", "train.eval_batch_size", "train.checkpoint_every", "train.log_every",
+    "train.device",
     "data.cache", "data.cache_dir", "sample.length", "sample.temperature", "sample.prime",
 })
 

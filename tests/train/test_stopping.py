@@ -9,6 +9,7 @@ import pytest
 
 import minflux as mf
 import train.loop as loop_module
+import train.meter as meter_module
 from train.__main__ import main
 from train.config import load_config
 from train.data import StreamBatcher
@@ -18,7 +19,7 @@ from train.stopping import Budget
 
 
 class SlowClock:
-    """Stands in for the time module in train.loop: every reading is ``tick`` seconds after the last,
+    """Stands in for the time module in train.loop and train.meter: every reading is ``tick`` seconds after the last,
     as on a machine so loaded that each step takes minutes."""
 
     def __init__(self, tick):
@@ -46,7 +47,9 @@ def test_the_default_experiment_stops_at_a_step_limit_not_a_time_budget():
 def test_a_step_limit_takes_the_same_steps_and_result_on_a_slow_machine(cfg, tmp_path, tiny_model, monkeypatch):
     config = load_config(cfg, ["train.max_steps=12"])
     fast = train(config, RunDir(tmp_path / "fast"))
-    monkeypatch.setattr(loop_module, "time", SlowClock(tick=30.0))
+    clock = SlowClock(tick=30.0)
+    monkeypatch.setattr(loop_module, "time", clock)
+    monkeypatch.setattr(meter_module, "time", clock)
     slow = train(config, RunDir(tmp_path / "slow"))
     assert fast.stopped == slow.stopped == "max_steps"
     assert fast.position == slow.position and fast.position.step == 12
@@ -61,7 +64,9 @@ def test_a_step_limit_takes_the_same_steps_and_result_on_a_slow_machine(cfg, tmp
 
 def test_a_time_budget_stops_early_and_a_resumed_run_past_it_says_which_key_to_raise(
         cfg, tmp_path, tiny_model, monkeypatch, capsys):
-    monkeypatch.setattr(loop_module, "time", SlowClock(tick=1.0))
+    clock = SlowClock(tick=1.0)
+    monkeypatch.setattr(loop_module, "time", clock)
+    monkeypatch.setattr(meter_module, "time", clock)
     out = tmp_path / "run"
     args = ["--config", str(cfg), "--out", str(out), "--set", "train.max_minutes=0.5", "--set",
             "train.max_steps=25", "--set", "train.eval_every=100"]
@@ -145,3 +150,40 @@ def test_the_projection_follows_the_time_budget():
     assert b.projected_steps(step=50, elapsed=60.0, session_steps=20, session_seconds=20.0) == 110  # resumed
     assert b.projected_steps(step=30, elapsed=200.0, session_steps=30, session_seconds=200.0) == 30
     assert b.projected_steps(step=10, elapsed=0.1, session_steps=10, session_seconds=0.1) == 1000
+
+
+def test_the_time_left_counts_the_final_validation_and_the_sample(cfg, tmp_path, tiny_model, monkeypatch,
+                                                                  capsys):
+    clock = SlowClock(tick=1.0)
+    monkeypatch.setattr(loop_module, "time", clock)
+    monkeypatch.setattr(meter_module, "time", clock)
+    out = tmp_path / "run"
+    assert main(["--config", str(cfg), "--out", str(out), "--set", "train.max_steps=6"]) == 0
+    logged = capsys.readouterr().err
+    last = re.findall(r"^step 6/6 .* elapsed, ~(\d\d):(\d\d) left$", logged, re.M)
+    assert last and last[-1] != ("00", "00")  # the end of the run is still to come at the last step
+
+
+def test_a_finished_run_resumed_with_nothing_to_train_does_not_validate_or_sample_again(
+        cfg, tmp_path, tiny_model, monkeypatch, capsys):
+    out = tmp_path / "run"
+    assert main(["--config", str(cfg), "--out", str(out), "--set", "train.max_steps=6", "--quiet"]) == 0
+    first = capsys.readouterr().out
+    run = RunDir(out)
+    records, sample = run.metrics.read_text(), run.sample.read_text()
+    monkeypatch.setattr(Trainer, "validate", lambda *a, **k: pytest.fail("validated again"))
+    monkeypatch.setattr(loop_module, "generate", lambda *a, **k: pytest.fail("sampled again"))
+    assert main(["--out", str(out), "--resume"]) == 0
+    again = capsys.readouterr().out
+    assert "stopped: nothing to train, the run had already reached train.max_steps = 6" in again
+    valid = re.search(r"^validation: (.*) \[step 6, ", first, re.M)[1]
+    assert f"validation: {valid} [step 6, recorded when the run finished" in again
+    assert sample.rstrip("\n") in again
+    assert run.metrics.read_text() == records and run.sample.read_text() == sample
+
+
+def test_the_final_validation_reads_final_eval_chars(cfg, tmp_path, tiny_model):
+    quick = train(load_config(cfg, ["train.max_steps=3", "train.final_eval_chars=20"]), RunDir(tmp_path / "q"))
+    whole = train(load_config(cfg, ["train.max_steps=3"]), RunDir(tmp_path / "w"))
+    assert quick.valid.chars == 20
+    assert whole.valid.chars == len(corpus_for(load_config(cfg)).split("valid")) - 1 > 20

@@ -455,7 +455,7 @@ def start_run(cfg: Config, run: RunDir, resume: bool, set_keys=(), source: str =
 
     The caller holds ``run.locked()``. A fresh run refuses a directory that already holds one.
     """
-    run.check_checkpoint_files()
+    run.check_files()
     if not resume and run.latest.is_file():
         raise RunError(f"{run} already holds a run; continue it with --resume, or choose another --out")
     trainer = Trainer(cfg, run, resume, set_keys)

@@ -140,21 +140,23 @@ class RunDir:
                     f"it; see the README for the keys\n# that may change on resume.\n" + dump_toml(cfg))
         write_atomically(self.config, text)
 
-    def check_checkpoint_files(self) -> None:
-        """Refuse a ``latest.h5`` or ``best.h5`` that is there but is not a file (a folder, a FIFO),
-        naming it: a run would train and then fail to save, and ``--resume`` would find nothing.
+    def check_files(self) -> None:
+        """Refuse a run file (config.toml, metrics.jsonl, train.log, sample.txt, a checkpoint) that is
+        there but is not a file (a folder, a FIFO, a device node), naming it: a run would fail to write
+        it (or block on it), and ``--resume`` would find no checkpoint. Symbolic links are followed.
 
         >>> import tempfile, pathlib
-        >>> run = RunDir(tempfile.mkdtemp()); run.latest.mkdir(parents=True); run.check_checkpoint_files()
+        >>> run = RunDir(tempfile.mkdtemp()); run.latest.mkdir(parents=True); run.check_files()
         Traceback (most recent call last):
         ...
         train.runs.RunError: .../checkpoints/latest.h5 is a folder, not a checkpoint file; move it ...
         """
-        for file in (self.latest, self.best):
+        for file in (self.latest, self.best, self.config, self.metrics, self.log, self.sample):
             if os.path.lexists(file) and not file.is_file():
                 what = "a broken symbolic link" if not file.exists() else kind_of(file)
-                raise RunError(f"{file} is {what}, not a checkpoint file; move it out of {self.checkpoints} "
-                               f"(or train into another --out), then run the same command again")
+                role = "a checkpoint file" if file.parent == self.checkpoints else "a regular file"
+                raise RunError(f"{file} is {what}, not {role}; move it out of {file.parent} (or train "
+                               f"into another --out), then run the same command again")
 
     def checkpoint(self, name: str) -> Path:
         """``best`` or ``latest``, or a path to any checkpoint file."""

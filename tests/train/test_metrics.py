@@ -40,17 +40,18 @@ def test_a_fifo_is_refused_and_left_in_place(tmp_path, operation):
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
-def test_a_run_refuses_a_fifo_at_metrics_jsonl_before_training(cfg, tmp_path, tiny_model, capsys):
+@pytest.mark.parametrize("name", ["metrics.jsonl", "train.log", "sample.txt", "config.toml"])
+def test_a_run_refuses_a_fifo_at_a_run_file_before_training(cfg, tmp_path, tiny_model, capsys, name):
     out = tmp_path / "run"
     out.mkdir()
-    os.mkfifo(out / "metrics.jsonl")
+    os.mkfifo(out / name)
     status = main(["--config", str(cfg), "--out", str(out), "--quiet"])
     err = capsys.readouterr().err
     assert status == 1 and "Traceback" not in err
     assert [line for line in err.splitlines() if line.startswith("error:")] == [
-        f"error: cannot write {out / 'metrics.jsonl'}: it is a FIFO (named pipe), not a regular file; it "
-        "was left as it is (move it away, or write somewhere else)"]
-    assert stat.S_ISFIFO(os.lstat(out / "metrics.jsonl").st_mode)
+        f"error: {out / name} is a FIFO (named pipe), not a regular file; move it out of {out} (or train "
+        "into another --out), then run the same command again"]
+    assert stat.S_ISFIFO(os.lstat(out / name).st_mode)
     assert not (out / "checkpoints" / "latest.h5").exists()  # refused before the first step
 
 

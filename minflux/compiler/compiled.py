@@ -308,12 +308,13 @@ def _convert(value, kind: str, float_dtype, xp):
     return xp.asarray(value, dtype=dtype)
 
 
-def prepare(values, name: str):
+def prepare(values, name: str, float_dtype=None):
     """Classify and convert a call's arguments (plain arrays and numbers).
 
     Returns ``(kinds, float_dtype, arrays, shape)``: each argument's IR kind, the kernel's float
-    dtype (the float arrays' promoted dtype, float64 when there are none), the arguments as arrays
-    of their kinds' dtypes, and the broadcast shape.
+    dtype (the float arrays' promoted dtype, float64 when there are none; ``float_dtype`` when
+    given, which must hold every float argument exactly), the arguments as arrays of their kinds'
+    dtypes, and the broadcast shape.
 
     >>> prepare([np.ones((2, 1), np.float32), 3], "f")[::3]
     (('f', 'i'), (2, 1))
@@ -321,7 +322,10 @@ def prepare(values, name: str):
     xp = get_array_module(*values, op=f"elementwise function {name}")
     kd = [_kind_and_dtype(v, i, name) for i, v in enumerate(values)]
     kinds = tuple(k for k, _ in kd)
-    float_dtype = _float_dtype(tuple(d for k, d in kd if k == "f" and d is not None))
+    if float_dtype is None:
+        float_dtype = _float_dtype(tuple(d for k, d in kd if k == "f" and d is not None))
+    else:
+        float_dtype = np.dtype(float_dtype)
     arrays = [_convert(v, k, float_dtype, xp) for v, k in zip(values, kinds)]
     try:
         shape = _broadcast_shape(tuple(a.shape for a in arrays))

@@ -127,9 +127,11 @@ def fusion_stats(reset: bool = False) -> dict:
 
 class Pending:
     """One deferred primitive: its table name, its arguments (Tensors, arrays or numbers) and what
-    the result will be (shape, dtype), plus the tape it records on and the Tensor it belongs to."""
+    the result will be (shape, dtype), plus the tape it records on, the Tensor it belongs to and
+    ``floats``, the one float type its whole DAG computes in (None if none)."""
 
-    __slots__ = ("op", "args", "shape", "dtype", "kind", "tape", "owner", "members", "leaf_ids", "device")
+    __slots__ = ("op", "args", "shape", "dtype", "kind", "tape", "owner", "members", "leaf_ids", "device",
+                 "floats")
 
     def compute(self, tensor: Tensor) -> None:
         _compute(tensor, self)
@@ -160,19 +162,51 @@ def _describe(a):
     return None
 
 
+_KERNEL_DTYPES = {"f": _FLOATS, "i": (np.dtype(np.int64),), "b": (np.dtype(bool),)}
+
+
+def _probe(a, dtype):
+    """What decides numpy's result type for argument ``a``: an empty array of its dtype, or for a
+    number one of its own type (Python numbers are weak in numpy's promotion, numpy scalars are not)."""
+    if dtype is not None:
+        return ("a", dtype.str)
+    return ("s", type(a))
+
+
 @functools.lru_cache(maxsize=1024)
-def _result(name: str, kinds: tuple, floats: tuple, shapes: tuple):
-    """(kind, dtype, shape) of primitive ``name`` over arguments of ``kinds`` / float ``floats`` / ``shapes``."""
+def _result(name: str, kinds: tuple, probes: tuple, shapes: tuple):
+    """(kind, dtype, compute float dtype, shape) of primitive ``name`` over arguments of ``kinds``,
+    `_probe` descriptions ``probes`` and ``shapes``; None when a kernel cannot give numpy's dtype.
+
+    The dtype is the one op-by-op evaluation gives: numpy's rule for table primitives (found by
+    running the primitive on empty arrays), the elementwise compiler's rule for scalar rules. The
+    compute float dtype is the float type the op computes in (its float result's, or for a
+    comparison the promoted type of its operands), None when it computes in no float type.
+    """
     try:
         shape = tuple(np.broadcast_shapes(*shapes))
     except ValueError:
         raise ValueError(f"mf.{name}: cannot broadcast shapes {' and '.join(map(str, shapes))}") from None
     kind = result_kind(name, list(kinds))
-    if kind == "f":
+    values = [np.empty(0, np.dtype(p[1])) if p[0] == "a" else p[1](1) for p in probes]
+    if name in RULES:     # a rule's primal kernel: the float arrays' promoted type, float64 without any
+        floats = [v.dtype for v, k in zip(values, kinds) if k == "f" and isinstance(v, np.ndarray)]
         dtype = np.dtype(np.result_type(*floats)) if floats else np.dtype(np.float64)
+        dtype = dtype if kind == "f" else _KERNEL_DTYPES[kind][0]
     else:
-        dtype = np.dtype(np.int64) if kind == "i" else np.dtype(bool)
-    return kind, dtype, shape
+        try:
+            with np.errstate(all="ignore"):
+                dtype = np.dtype(TABLE[name].impl(np, *values).dtype)
+        except Exception:     # numpy refuses these types: the op runs now and says so
+            return None
+    if dtype not in _KERNEL_DTYPES[kind]:
+        return None           # int8, float16, ...: only op-by-op evaluation gives numpy's dtype
+    if dtype.kind == "f":
+        compute = dtype
+    else:
+        promoted = np.result_type(*values)
+        compute = promoted if promoted.kind == "f" else None
+    return kind, dtype, compute, shape
 
 
 @functools.lru_cache(maxsize=1024)
@@ -198,7 +232,7 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
         return None
     if _broadcast_size(tuple([getattr(a, "shape", ()) for a in args])) < _settings["min_elements"]:
         return None  # a tiny result (or shapes that do not broadcast: the op now says so) runs now
-    kinds, floats, shapes, pendings = [], [], [], []
+    kinds, probes, shapes, pendings = [], [], [], []
     members, leaf_ids = set(), set()   # the DAG's distinct pending nodes and leaves, for the caps
     involved = tracked = False
     where = None
@@ -208,12 +242,8 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
             return None
         kind, dtype, pending = described
         kinds.append(kind)
-        if dtype is not None:
-            shapes.append(a.shape)
-            if kind == "f":
-                floats.append(dtype)
-        else:
-            shapes.append(())
+        probes.append(_probe(a, dtype))
+        shapes.append(a.shape if dtype is not None else ())
         if pending is not None:
             if pending.tape is not tape:
                 return None
@@ -241,9 +271,20 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
             _stats["early"] += 1
             a.value
         return defer(name, args, tape)
-    kind, dtype, shape = _result(name, tuple(kinds), tuple(floats), tuple(shapes))
+    result = _result(name, tuple(kinds), tuple(probes), tuple(shapes))
+    if result is None:
+        return None
+    kind, dtype, compute, shape = result
+    floats = compute if compute is not None else \
+        next((a._pending.floats for a in pendings if a._pending.floats is not None), None)
+    mixed = [a for a in pendings if a._pending.floats not in (None, floats)]
+    if mixed:   # one kernel computes in one float type: a part computed in another one runs first
+        for a in mixed:
+            a.value
+        return defer(name, args, tape)
     p = Pending()
     p.op, p.args, p.shape, p.kind, p.dtype, p.tape, p.device = name, tuple(args), shape, kind, dtype, tape, where
+    p.floats = floats
     members.add(id(p))
     p.members, p.leaf_ids = frozenset(members), frozenset(leaf_ids)
     t = Tensor.deferred(p, tape if tracked else None)  # comparisons of tracked values are constants
@@ -278,7 +319,7 @@ def _collect(root: Pending):
         for a in p.args:
             if isinstance(a, Tensor) and a._pending is not None:
                 refs.append(("n", index[id(a._pending)]))
-            elif isinstance(a, Tensor) or hasattr(a, "shape"):
+            elif isinstance(a, Tensor) or (hasattr(a, "shape") and not isinstance(a, (np.integer, np.bool_))):
                 k = leaf_index.get(id(a))
                 if k is None:
                     k = leaf_index[id(a)] = len(leaves)
@@ -335,7 +376,7 @@ def _compute(tensor: Tensor, root: Pending) -> None:
     cf = compiled_ir(structure, lambda: _build_ir(nodes, len(leaves)))
     tape = root.tape
     kinds, float_dtype, arrays, shape = prepare([a.value if isinstance(a, Tensor) else a for a in leaves],
-                                                "fused")
+                                                "fused", root.floats)
     wrt = tuple(k for k, key in enumerate(structure[1]) if key[2])
     dual, outs = cf.run(arrays, kinds, float_dtype, wrt, shape)
     _stats["fused_launches"] += 1

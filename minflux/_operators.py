@@ -20,6 +20,7 @@ from .autograd import active_tape
 from .backend import to_numpy
 from . import ops
 from .ops import getitem, matmul, max, mean, min, reshape, sum, transpose, unstack
+from .pointwise import activations
 from .pointwise import primitives as pw
 from .tensor import Tensor
 
@@ -139,6 +140,35 @@ def _array_function(self, func, types, args, kwargs):
     return func(*_unwrap_all(args), **{k: _unwrap_all(v) for k, v in kwargs.items()})
 
 
+_UFUNC_ALTERNATIVES = {"absolute": "abs", "true_divide": "divide", "remainder": "mod", "fmod": "mod",
+                       "arcsin": "asin", "arccos": "acos", "arctan": "atan", "arctan2": "atan2",
+                       "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh", "isfinite": "isfinite"}
+
+
+class _UfuncOverride:
+    """``Tensor.__array_ufunc__``: None, so that numpy and CuPy hand an operator (``array + t``) to the
+    Tensor's reflected method, except while the calling frame is calling a numpy ufunc by name
+    (``np.tanh(t)``), which gets `_array_ufunc`: numpy's own refusal could not name the minflux
+    function to use instead."""
+
+    def __get__(self, obj, owner=None):
+        return _array_ufunc if isinstance(called_function(sys._getframe(1)), np.ufunc) else None
+
+
+def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    """A numpy ufunc called on Tensors: an error naming the minflux function when one is tracked, the
+    ufunc on the values otherwise (as numpy functions are, through ``__array_function__``)."""
+    out = kwargs.get("out", ())
+    if any(isinstance(o, Tensor) for o in (out if isinstance(out, tuple) else (out,))):
+        raise TypeError(f"np.{ufunc.__name__}(..., out=t): Tensors are immutable; use the result instead")
+    if _any_recording(inputs):
+        name = _UFUNC_ALTERNATIVES.get(ufunc.__name__, ufunc.__name__)
+        known = hasattr(ops, name) or hasattr(pw, name) or hasattr(activations, name)
+        raise _lost_gradient(f"np.{ufunc.__name__}", f"Use mf.{name} instead." if known else
+                             "Use minflux ops on the Tensor (see mf.__all__).")
+    return getattr(ufunc, method)(*_unwrap_all(inputs), **kwargs)
+
+
 def _iter(self):
     """Iterate over the first axis through one `mf.unstack` node (not one slice node per item)."""
     if self.ndim == 0:
@@ -219,6 +249,7 @@ def install(tensor_type: type) -> None:
     tensor_type.__array__ = _array
     tensor_type.__float__ = _float
     tensor_type.__array_function__ = _array_function
+    tensor_type.__array_ufunc__ = _UfuncOverride()
     tensor_type.numpy = _numpy
     tensor_type.T = property(_transposed)
     tensor_type.reshape = _reshape

@@ -24,7 +24,7 @@ class Tensor:
     """
 
     __slots__ = ("_value", "_pending", "_tape", "_slot", "__weakref__")
-    __array_ufunc__ = None  # so that `ndarray + Tensor` defers to Tensor.__radd__
+    __array_ufunc__ = None  # `ndarray + Tensor` defers to Tensor.__radd__ (see _operators._UfuncOverride)
     __array_priority__ = 1000
 
     def __init__(self, value, tape=None, slot: int = 0):

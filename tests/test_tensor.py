@@ -143,3 +143,38 @@ def test_math_and_numpy_scalars_of_an_untracked_tensor_are_plain_reads():
             assert np.float64(x) == 2.0
         return mf.sum(x)
     assert mf.gradient(f, np.array(2.0))[0] == 1.0
+
+
+UFUNCS = {"np.tanh": (lambda t: np.tanh(t), "mf.tanh"), "np.exp": (lambda t: np.exp(t), "mf.exp"),
+          "np.absolute": (lambda t: np.absolute(t), "mf.abs"), "np.square": (lambda t: np.square(t), "mf.square"),
+          "np.arctan2": (lambda t: np.arctan2(t, 1.0), "mf.atan2"),
+          "np.add": (lambda t: np.add(np.ones(3), t), "mf.add")}
+
+
+@pytest.mark.parametrize("operation", sorted(UFUNCS))
+def test_numpy_ufuncs_on_a_tracked_tensor_name_the_minflux_function(operation):
+    f, instead = UFUNCS[operation]
+    with pytest.raises(TypeError) as info:
+        mf.gradient(lambda t: mf.sum(f(t)), np.array([0.5, -1.0, 2.0]))
+    message = str(info.value)
+    assert message.startswith(operation + " was applied at") and f"Use {instead} instead" in message
+    assert __file__ in message
+
+
+def test_operators_between_numpy_values_and_tensors_stay_minflux_ops():
+    """array + t, scalar * t, array < t and array @ t reach the Tensor's reflected methods."""
+    x, w = np.array([0.5, -1.0, 2.0]), np.arange(1.0, 4.0)
+
+    def f(t):
+        mask = np.zeros(3) < t
+        return mf.sum(w * t + np.float64(2.0) * t * t - np.ones(3) / (t + 3.0)) + np.ones((1, 3)) @ (t * mask)
+    g, = mf.gradient(f, x)
+    np.testing.assert_allclose(g, w + 4.0 * x + 1.0 / (x + 3.0) ** 2 + (x > 0), rtol=1e-12)
+
+
+def test_numpy_ufuncs_on_untracked_tensors_compute_on_the_values():
+    t = mf.Tensor(np.array([0.5, 1.0]))
+    np.testing.assert_array_equal(np.tanh(t), np.tanh([0.5, 1.0]))
+    np.testing.assert_array_equal(np.add(t, np.ones(2)), [1.5, 2.0])
+    with pytest.raises(TypeError, match="immutable"):
+        np.tanh(np.ones(2), out=t)

@@ -3,9 +3,10 @@
 This module imports nothing else of minflux: the operators, conversions and array methods of Tensor
 are installed by `minflux._operators` when the package is imported.
 
-Inside `mf.gradient`, an elementwise operation returns a *deferred* Tensor: it knows its shape and
+Inside `mf.gradient`, an elementwise operation may return a *deferred* Tensor: it knows its shape and
 dtype, and holds the pending expression (`minflux.pointwise.lazy`) instead of a value. Reading
-``value`` computes the whole pending expression in one fused kernel.
+``value`` computes the pending expression: in one fused kernel once its structure has been seen often
+enough to be compiled (`mf.fusion`'s ``compile_after``), op by op before that.
 """
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from _common import markdown_table, median_time, source_module, write_results  #
 
 TERMS = 8
 UNARY = ("exp", "log", "tanh", "sigmoid", "log1p", "expm1", "softplus", "sqrt", "sin", "cos", "tan",
-         "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10")
+         "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10", "erf")
 BINARY = {"divide": "({a} / {b})", "power": "({a} ** {b})", "mod": "({a} % {b})",
           "floor_divide": "({a} // {b})", "atan2": "mf.atan2({a}, {b})", "hypot": "mf.hypot({a}, {b})",
           "multiply": "({a} * {b})", "maximum": "mf.maximum({a}, {b})"}

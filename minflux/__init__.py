@@ -29,7 +29,7 @@ from .pointwise.activations import elu, gelu, leaky_relu, log_sigmoid, logaddexp
 from .pointwise.functions import broadcast, elementwise, scalar_rule
 from .pointwise.lazy import fusion, fusion_stats, set_fusion
 from .pointwise.primitives import (abs, acos, acosh, add, asin, asinh, atan, atan2, atanh, ceil, clip, cos,
-                                   cosh, divide, equal, erf, exp, expm1, floor, floor_divide, greater,
+                                   cosh, define_primitive, divide, equal, erf, exp, expm1, floor, floor_divide, greater,
                                    greater_equal, hypot, less, less_equal, log, log1p, log2, log10,
                                    logical_and, logical_not, logical_or, maximum, minimum, mod, multiply,
                                    negative, not_equal, power, relu, sigmoid, sign, sin, sinh, softplus,
@@ -47,7 +47,7 @@ __all__ = [
     "cumsum", "default_dtype", "DeviceError", "divide", "dot", "einsum", "elementwise", "elu", "equal",
     "erf", "exp", "expand_dims", "expm1", "flatten", "flip", "floor", "floor_divide", "from_dlpack",
     "full", "full_like", "fusion", "fusion_stats", "gelu", "get_array_module",
-    "get_elementwise_backend", "get_max_loop_iterations", "get_num_threads", "getitem", "gpu_available",
+    "define_primitive", "get_elementwise_backend", "get_max_loop_iterations", "get_num_threads", "getitem", "gpu_available",
     "gradient", "greater", "greater_equal", "HostTransferError", "hypot", "is_array", "isfinite",
     "index_set", "isnan", "kl_divergence", "layer_norm", "leaky_relu", "less", "less_equal", "load", "log", "log10", "log1p",
     "log2", "log_sigmoid", "log_softmax", "logaddexp", "logical_and", "logical_not", "logical_or",

@@ -37,18 +37,18 @@ from __future__ import annotations
 
 from .dual import DualFunction, _Sym, _Transform
 from .ifconvert import if_convert
-from .ir import Assign, Call, Const, Function, Return, Var, has_loops
+from .ir import CONVERSIONS, Assign, Call, Const, Function, Return, Var, has_loops
 from .rules import TABLE
 
 __all__ = ["adjoint", "supports_adjoint"]
 
 _ZERO = {"f": 0.0, "i": 0, "b": False}
 
-# operations whose result is finite whenever their arguments are (up to overflow of a product)
-_FINITE = {"add", "subtract", "multiply", "negative", "abs", "sign", "where", "maximum", "minimum",
-           "clip", "relu", "tanh", "sigmoid", "sin", "cos", "atan", "floor", "ceil", "trunc", "float",
-           "int", "less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
-           "logical_and", "logical_or", "logical_not"}
+def _finite_op(op: str) -> bool:
+    """The result of ``op`` is finite whenever its arguments are: the row says so for a primitive;
+    a conversion (float, int) is."""
+    prim = TABLE.get(op)
+    return prim.finite if prim is not None else op in CONVERSIONS
 
 
 def supports_adjoint(fn) -> bool:
@@ -129,7 +129,7 @@ class _Reverse:
             if isinstance(s, Assign):
                 v = s.value
                 args = v.args if isinstance(v, Call) else (v,)
-                self.finite[s.target] = (not isinstance(v, Call) or v.op in _FINITE) and \
+                self.finite[s.target] = (not isinstance(v, Call) or _finite_op(v.op)) and \
                     all(self.known_finite(a) for a in args)
         self.seen = len(body)
         return self.known_finite(atom)

@@ -12,7 +12,8 @@ few outputs (an ``N``-way product costs ``N^2`` dual updates but ``O(N)`` adjoin
 The weights were measured by ``python benchmarks/cost_weights.py`` (results in
 ``benchmarks/results/cost_weights.md``): each primitive's time per element in a compute-bound float32
 kernel divided by an add's, and the time of one more output stream of a ``(1024, 1024)`` kernel in
-the same units. Rerun it on new hardware and copy the rounded weights here. The float32 forms of exp,
+the same units. Rerun it on new hardware and copy the rounded weights to the rows' ``cost``
+(`minflux.compiler.rules`). The float32 forms of exp,
 log, tanh, sigmoid, log1p, expm1 and softplus are vectorised (`minflux.compiler.fastmath`); the
 other transcendental functions are scalar libm calls, dozens to hundreds of adds each. On the arity
 benchmark (``N``-way products, N = 1..18) and the HM-LSTM cell update this picks the measured-faster
@@ -32,16 +33,10 @@ from __future__ import annotations
 
 from .ifconvert import if_convert
 from .ir import Assign, Call, has_loops, walk
+from .rules import TABLE
 
 __all__ = ["OUTPUT_STREAM", "operation_cost", "prefer_adjoint"]
 
-# time per element relative to one add (benchmarks/cost_weights.py); everything not listed
-# (add, multiply, selects, comparisons, min/max) is 1
-_WEIGHTS = {"divide": 2.5, "sqrt": 4.5, "exp": 16.0, "log": 18.0, "tanh": 27.0, "sigmoid": 20.0,
-            "log1p": 21.0, "expm1": 25.0, "softplus": 40.0, "power": 220.0, "sin": 88.0, "cos": 87.0,
-            "tan": 420.0, "asin": 95.0, "acos": 160.0, "atan": 190.0, "atan2": 330.0, "sinh": 460.0,
-            "cosh": 170.0, "asinh": 460.0, "acosh": 450.0, "atanh": 300.0, "log2": 75.0, "log10": 180.0,
-            "hypot": 85.0, "mod": 215.0, "floor_divide": 210.0}
 OUTPUT_STREAM = 3.5   # one more array written per element (out of cache), in adds
 
 
@@ -52,8 +47,14 @@ def operation_cost(dual) -> float:
     streams = OUTPUT_STREAM * fn.n_outputs
     if not has_loops(fn.body):
         fn = if_convert(fn)
-    return streams + sum(_WEIGHTS.get(s.value.op, 1.0) for s in walk(fn.body)
+    return streams + sum(_weight(s.value.op) for s in walk(fn.body)
                          if isinstance(s, Assign) and isinstance(s.value, Call))
+
+
+def _weight(op: str) -> float:
+    """A call's cost in adds: its row's ``cost`` (pseudo-ops such as conversions cost one)."""
+    prim = TABLE.get(op)
+    return 1.0 if prim is None else prim.cost
 
 
 def prefer_adjoint(duals, adjoint) -> bool:

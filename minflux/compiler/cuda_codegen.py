@@ -51,7 +51,8 @@ import struct
 from dataclasses import dataclass, field
 
 from .errors import CompileError
-from .ir import Assign, Break, Call, Const, Continue, Function, If, Loop, Return
+from .ir import COMPARISONS, Assign, Break, Call, Const, Continue, Function, If, Loop, Return
+from .rules import TABLE
 
 __all__ = ["CKernel", "HELPERS", "c_type", "generate", "supported_primitives"]
 
@@ -168,27 +169,13 @@ def _const(value, float_type: str) -> str:
     return _float_literal(value, float_type)
 
 
-_UNARY_F = {"exp": "exp", "log": "log", "log1p": "log1p", "expm1": "expm1", "sqrt": "sqrt",
-            "sin": "sin", "cos": "cos", "tanh": "tanh", "floor": "floor", "abs": "fabs", "tan": "tan",
-            "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh",
-            "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "log2": "log2", "log10": "log10",
-            "ceil": "ceil", "trunc": "trunc", "erf": "erf"}
-_BINARY_F = {"power": "pow", "atan2": "atan2", "hypot": "hypot"}
-_FAST_F32 = {"exp": "__expf", "log": "__logf"}
-_COMPARISONS = {"less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">=", "equal": "==",
-                "not_equal": "!="}
-
-
 def supported_primitives() -> set:
-    """The primitives of the derivative table that the CUDA backend prints directly.
+    """The primitives of the derivative table that the CUDA backend prints (their rows spell them).
 
     >>> {"tanh", "where", "sigmoid"} <= supported_primitives()
     True
     """
-    return (set(_UNARY_F) | set(_BINARY_F) | set(_COMPARISONS) | {
-        "add", "subtract", "multiply", "divide", "floor_divide", "mod", "negative", "sign",
-        "maximum", "minimum", "clip", "sigmoid", "relu", "softplus", "where", "logical_and",
-        "logical_or", "logical_not", "float", "int"})
+    return {name for name, prim in TABLE.items() if prim.cuda is not None}
 
 
 class _Printer:
@@ -241,23 +228,20 @@ class _Printer:
             return f"(({t})({a[0]}))"
         if op == "int":
             return f"((long long)({a[0]}))"
-        if op in _COMPARISONS:
-            left, right = a
-            if kinds[0] != kinds[1]:
-                left, right = self.comparison_operands(args, kinds, left, right)
-            return f"({left} {_COMPARISONS[op]} {right})"
-        if op == "logical_and":
-            return f"({a[0]} && {a[1]})"
-        if op == "logical_or":
-            return f"({a[0]} || {a[1]})"
-        if op == "logical_not":
-            return f"(!{a[0]})"
-        if op == "where":
-            return f"({a[0]} ? {a[1]} : {a[2]})"
-        kind = target_kind
-        if kind == "f":
-            return self.float_call(op, a, t, tag, sfx)
-        return self.integer_call(op, a, kind)
+        prim = TABLE.get(op)
+        if prim is None:
+            raise self.unsupported(op)
+        if op in COMPARISONS and kinds[0] != kinds[1]:
+            a = list(self.comparison_operands(args, kinds, *a))
+        if prim.result in ("bool", "where"):
+            spelling = prim.cuda
+        elif target_kind == "f":
+            spelling = prim.cuda_fast32 if self.fast and prim.cuda_fast32 else prim.cuda
+        else:
+            spelling = prim.cuda_int
+        if spelling is None:
+            raise self.unsupported(op)
+        return spelling.format(*a, t=t, tag=tag, s=sfx)
 
     def comparison_operands(self, args, kinds, left: str, right: str) -> tuple:
         """Operands of a comparison between kinds: numpy compares them in double precision.
@@ -273,60 +257,11 @@ class _Printer:
                 return (text, right) if i == 0 else (left, text)
         return f"(double)({left})", f"(double)({right})"
 
-    def float_call(self, op, a, t, tag, sfx) -> str:
-        binary = {"add": "+", "subtract": "-", "multiply": "*"}
-        if op in binary:
-            return f"({a[0]} {binary[op]} {a[1]})"
-        if op == "divide":
-            return f"__fdividef({a[0]}, {a[1]})" if self.fast else f"({a[0]} / {a[1]})"
-        if op == "negative":
-            return f"(-{a[0]})"
-        if op in _BINARY_F:
-            return f"{_BINARY_F[op]}{sfx}({a[0]}, {a[1]})"
-        if op in ("mod", "floor_divide"):
-            helper = "mod" if op == "mod" else "floordiv"
-            return f"minflux_{helper}_{tag}({a[0]}, {a[1]})"
-        if op == "sign":
-            return f"minflux_sign_{tag}({a[0]})"
-        if op in ("maximum", "minimum"):
-            return f"minflux_{op[:3]}_{tag}({a[0]}, {a[1]})"
-        if op == "clip":
-            return f"minflux_min_{tag}(minflux_max_{tag}({a[0]}, {a[1]}), {a[2]})"
-        if op == "relu":
-            return f"minflux_max_{tag}({a[0]}, ({t})0)"
-        if op == "sigmoid":
-            return f"minflux_fast_sigmoid_f32({a[0]})" if self.fast else f"minflux_sigmoid_{tag}({a[0]})"
-        if op == "softplus":
-            return f"minflux_softplus_{tag}({a[0]})"
-        if op in _UNARY_F:
-            if self.fast and op in _FAST_F32:
-                return f"{_FAST_F32[op]}({a[0]})"
-            return f"{_UNARY_F[op]}{sfx}({a[0]})"
-        raise self.unsupported(op)
-
-    def integer_call(self, op, a, kind) -> str:
-        wrap = {"add": "+", "subtract": "-", "multiply": "*"}
-        if op in wrap:
-            return (f"minflux_wrap_i64((unsigned long long)({a[0]}) {wrap[op]} "
-                    f"(unsigned long long)({a[1]}))")
-        if op == "negative":
-            return f"minflux_wrap_i64(0ULL - (unsigned long long)({a[0]}))"
-        if op in ("floor_divide", "mod", "abs", "sign"):
-            helper = {"floor_divide": "floordiv"}.get(op, op)
-            return f"minflux_{helper}_i64({', '.join(a)})"
-        if op == "maximum":
-            return f"(({a[0]} >= {a[1]}) ? {a[0]} : {a[1]})"
-        if op == "minimum":
-            return f"(({a[0]} <= {a[1]}) ? {a[0]} : {a[1]})"
-        if op == "clip":
-            hi_lo = f"(({a[0]} >= {a[1]}) ? {a[0]} : {a[1]})"
-            return f"(({hi_lo} <= {a[2]}) ? {hi_lo} : {a[2]})"
-        raise self.unsupported(op)
-
     def unsupported(self, op) -> CompileError:
         return CompileError(f"the CUDA backend has no C form for the primitive {op!r} in {self.loc_hint}; "
-                            "give it a C form in minflux/compiler/cuda_codegen.py, or define the "
-                            "function with mf.scalar_rule (whose primal body is compiled)", None, op)
+                            "give its row one (define(..., cuda='...') in minflux.compiler.rules), or "
+                            "define the function with mf.scalar_rule (whose primal body is compiled)",
+                            None, op)
 
     # -- statements ---------------------------------------------------------------------------------
     def block(self, stmts: list, indent: str, out: list) -> None:

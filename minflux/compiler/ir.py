@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Union
 
 from .errors import CompileError
+from .rules import TABLE
 
 KINDS = ("b", "i", "f")
 CONVERSIONS = ("float", "int")
@@ -179,10 +180,6 @@ def join(*kinds: str) -> str:
     return max(kinds, key=KINDS.index) if kinds else "b"
 
 
-_ARITH = {"add", "subtract", "multiply", "floor_divide", "mod", "negative", "abs", "sign"}
-_SELECT = {"maximum", "minimum", "clip"}
-_BOOL = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal", "logical_and",
-         "logical_or", "logical_not", "truth"}
 LOGICAL = {"logical_and", "logical_or", "logical_not"}
 COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}
 
@@ -190,18 +187,23 @@ COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_e
 def result_kind(op: str, kinds: list) -> str:
     """The kind of ``op`` applied to arguments of ``kinds``; operands are converted to it first.
 
+    Table primitives follow their row's ``result`` rule (`minflux.compiler.rules.Primitive`); the
+    pseudo-ops ``truth`` and ``int`` give a bool and an integer, everything else a float.
+
     >>> result_kind("add", ["i", "b"]), result_kind("add", ["i", "f"]), result_kind("tanh", ["i"])
     ('i', 'f', 'f')
     """
-    if op in _BOOL:
+    prim = TABLE.get(op)
+    rule = prim.result if prim is not None else {"truth": "bool", "int": "int"}.get(op, "float")
+    if rule == "bool":
         return "b"
-    if op == "int":
+    if rule == "int":
         return "i"
-    if op in _ARITH:
+    if rule == "arith":
         return join("i", *kinds)
-    if op in _SELECT:
+    if rule == "select":
         return join(*kinds)
-    if op == "where":
+    if rule == "where":
         return join(*kinds[1:])
     return "f"
 

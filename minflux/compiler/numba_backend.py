@@ -42,35 +42,19 @@ from ..files import write_atomically
 from . import kernel_cache
 from .cache_directory import kernel_directory
 from .dtypes import kind_dtype
+from .errors import CompileError
 from .ifconvert import if_convert
 from .ir import Assign, Break, Call, Continue, Function, If, Loop, Return, Var, has_loops
 from .layout import Layout
 from .row_pool import run_rows
+from .rules import TABLE
 from .threads import get_num_threads
 
 BRANCHES = os.environ.get("MINFLUX_NUMBA_BRANCHES", "auto")  # "auto" | "select" | "real"
 PARALLEL_MIN_ELEMENTS = 1 << 16
 
-_FAST32 = {"exp": "exp_f32", "log": "log_f32", "tanh": "tanh_f32", "sigmoid": "sigmoid_f32",
-           "log1p": "log1p_f32", "expm1": "expm1_f32", "softplus": "softplus_f32"}
-_LIBM64 = {"exp": "math.exp({0})", "log": "_log64({0})", "tanh": "math.tanh({0})",
-           "sigmoid": "_sigmoid64({0})", "log1p": "_log1p64({0})", "expm1": "math.expm1({0})",
-           "softplus": "_softplus64({0})"}
-_TEMPLATES = {
-    "add": "({0} + {1})", "subtract": "({0} - {1})", "multiply": "({0} * {1})",
-    "divide": "({0} / {1})", "floor_divide": "({0} // {1})", "mod": "({0} % {1})",
-    "power": "_F({0} ** {1})", "negative": "(-{0})", "abs": "abs({0})", "sign": "np.sign({0})",
-    "floor": "np.floor({0})", "ceil": "np.ceil({0})", "trunc": "np.trunc({0})",
-    "maximum": "_max({0}, {1})", "minimum": "_min({0}, {1})",
-    "clip": "_min(_max({0}, {1}), {2})", "sqrt": "np.sqrt({0})", "relu": "_max({0}, _F(0.0))",
-    "where": "_select({0}, {1}, {2})", "less": "({0} < {1})", "less_equal": "({0} <= {1})",
-    "greater": "({0} > {1})", "greater_equal": "({0} >= {1})", "equal": "({0} == {1})",
-    "not_equal": "({0} != {1})", "logical_and": "({0} & {1})", "logical_or": "({0} | {1})",
-    "logical_not": "(not {0})", "float": "_F({0})", "int": "_I({0})",
-}
-_MATH_UNARY = {"erf", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
-               "atanh", "log2", "log10"}
-_MATH_BINARY = {"atan2", "hypot"}
+# the IR's pseudo-ops; every table primitive is spelled on its row (`minflux.compiler.rules`)
+_CONVERSIONS = {"float": "_F({0})", "int": "_I({0})"}
 
 _HEADER = '''"""A minflux elementwise kernel, generated from the scalar function {name}. Do not edit."""
 import math
@@ -115,17 +99,17 @@ class _Printer:
         op = c.op
         if op in self.sub_names:
             return f"{self.sub_names[op]}({', '.join(args)})"
-        if op in _FAST32 and self.f32:
-            return f"{_FAST32[op]}({args[0]})"
-        if op in _LIBM64:
-            return "_F(" + _LIBM64[op].format(*args) + ")"
-        if op in _TEMPLATES:
-            return _TEMPLATES[op].format(*args)
-        if op in _MATH_UNARY:
-            return f"_F(math.{op}({args[0]}))"
-        if op in _MATH_BINARY:
-            return f"_F(math.{op}({args[0]}, {args[1]}))"
-        raise NotImplementedError(f"the numba backend has no code for the primitive {op!r}")
+        prim = TABLE.get(op)
+        if prim is None:
+            if op in _CONVERSIONS:
+                return _CONVERSIONS[op].format(*args)
+        else:
+            spelling = prim.numba_f32 if self.f32 and prim.numba_f32 else prim.numba
+            if spelling is not None:
+                return spelling.format(*args)
+        raise CompileError(f"the numba backend has no spelling for the primitive {op!r}; give its row "
+                           "one (define(..., numba='...') in minflux.compiler.rules), or define the "
+                           "function with mf.scalar_rule (whose primal body is compiled)", None, op)
 
     def value(self, v) -> str:
         return self.call(v) if isinstance(v, Call) else self.atom(v)

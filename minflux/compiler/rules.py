@@ -35,15 +35,35 @@ from typing import Callable
 import numpy as np
 
 
+RESULTS = ("float", "arith", "select", "where", "bool")
+"""Result-kind rules: always float; integer unless an argument is float (arith); the join of the
+arguments (select) or of the two values (where); always bool (comparisons, logic)."""
+
+
 @dataclass(frozen=True)
 class Primitive:
-    """A scalar primitive: its array implementation and one partial-derivative rule per argument.
+    """A scalar primitive: one row holding everything every part of minflux knows about it.
 
-    ``partials[k]`` is None when argument ``k`` is not differentiable (conditions, comparisons).
+    * ``impl(xp, *args)``: the array implementation (the tape, the numpy backend, ``m.<name>``);
+    * ``partials[k](m, *args, y)``: the derivative in argument ``k``, or None where ``k`` is not
+      differentiable (conditions, comparisons);
+    * ``result``: the result-kind rule (one of `RESULTS`);
+    * ``cost``: time per element relative to one ``add`` in a compiled kernel (the AD-mode cost
+      model, `minflux.compiler.cost`; measured by ``benchmarks/cost_weights.py``);
+    * ``finite``: the result is finite whenever the arguments are (the element-local adjoint skips
+      its guard for such values, `minflux.compiler.adjoint`);
+    * ``numba`` / ``numba_f32``: the numba backend's spelling, a ``str.format`` template of the
+      argument expressions ``{0}, {1}, ...`` (``_F`` is the kernel's float type), and an optional
+      vectorisable float32 form;
+    * ``cuda`` / ``cuda_fast32`` / ``cuda_int``: the CUDA C spelling for floats (``{t}`` is the C
+      float type, ``{s}`` the libm suffix ``f`` or nothing, ``{tag}`` ``f32`` or ``f64``), an
+      optional fast-math float32 form, and the spelling for 64-bit integers.
+
+    A backend without a spelling for a row refuses it with a `CompileError` naming the primitive.
 
     >>> from minflux.compiler.rules import TABLE
-    >>> TABLE["tanh"].arity
-    1
+    >>> TABLE["tanh"].arity, TABLE["tanh"].numba_f32
+    (1, 'tanh_f32({0})')
     """
 
     name: str
@@ -51,6 +71,14 @@ class Primitive:
     impl: Callable
     partials: tuple
     doc: str = ""
+    result: str = "float"
+    cost: float = 1.0
+    finite: bool = False
+    numba: str | None = None
+    numba_f32: str | None = None
+    cuda: str | None = None
+    cuda_fast32: str | None = None
+    cuda_int: str | None = None
 
     @property
     def differentiable(self) -> bool:
@@ -60,17 +88,22 @@ class Primitive:
 TABLE: dict[str, Primitive] = {}
 
 
-def define(name: str, impl: Callable, *partials, doc: str = "") -> Primitive:
-    """Add a primitive to the table (the way the library and users define scalar derivatives).
+def define(name: str, impl: Callable, *partials, doc: str = "", **row) -> Primitive:
+    """Add a primitive to the table: one row (the way the library and users define primitives).
+
+    ``row`` takes the `Primitive` fields after ``doc``: ``result``, ``cost``, ``finite`` and the
+    backends' spellings.
 
     >>> import numpy as np
     >>> from minflux.compiler.rules import define, TABLE
-    >>> p = define("cube", lambda xp, x: x * x * x, lambda m, x, y: 3 * x * x)
+    >>> p = define("cube", lambda xp, x: x * x * x, lambda m, x, y: 3 * x * x, numba="({0} * {0} * {0})")
     >>> TABLE["cube"].partials[0](None, np.float64(2.0), None)
     np.float64(12.0)
     >>> del TABLE["cube"]
     """
-    prim = Primitive(name, len(partials), impl, tuple(partials), doc)
+    if row.get("result", "float") not in RESULTS:
+        raise ValueError(f"define({name!r}): result must be one of {RESULTS}, got {row['result']!r}")
+    prim = Primitive(name, len(partials), impl, tuple(partials), doc, **row)
     TABLE[name] = prim
     return prim
 
@@ -117,57 +150,103 @@ def _off_origin(m, denominator, numerator):
 
 
 # arithmetic
-define("add", lambda xp, a, b: a + b, lambda m, a, b, y: 1, lambda m, a, b, y: 1)
-define("subtract", lambda xp, a, b: a - b, lambda m, a, b, y: 1, lambda m, a, b, y: -1)
-define("multiply", lambda xp, a, b: a * b, lambda m, a, b, y: b, lambda m, a, b, y: a)
-define("divide", lambda xp, a, b: a / b, lambda m, a, b, y: 1 / b, lambda m, a, b, y: -y / b)
+_WRAP = "minflux_wrap_i64((unsigned long long)({0}) %s (unsigned long long)({1}))"
+define("add", lambda xp, a, b: a + b, lambda m, a, b, y: 1, lambda m, a, b, y: 1, result="arith",
+       finite=True, numba="({0} + {1})", cuda="({0} + {1})", cuda_int=_WRAP % "+")
+define("subtract", lambda xp, a, b: a - b, lambda m, a, b, y: 1, lambda m, a, b, y: -1, result="arith",
+       finite=True, numba="({0} - {1})", cuda="({0} - {1})", cuda_int=_WRAP % "-")
+define("multiply", lambda xp, a, b: a * b, lambda m, a, b, y: b, lambda m, a, b, y: a, result="arith",
+       finite=True, numba="({0} * {1})", cuda="({0} * {1})", cuda_int=_WRAP % "*")
+define("divide", lambda xp, a, b: a / b, lambda m, a, b, y: 1 / b, lambda m, a, b, y: -y / b, cost=2.5,
+       numba="({0} / {1})", cuda="({0} / {1})", cuda_fast32="__fdividef({0}, {1})")
 define("power", lambda xp, a, b: a ** b,
        lambda m, a, b, y: m.where(b == 0, 0.0, b * a ** (b - 1)),
        lambda m, a, b, y: m.where(a > 0, y * m.log(m.where(a > 0, a, 1.0)), 0.0),
-       doc="d/db a**b = a**b log a for a > 0 and 0 otherwise")
-define("floor_divide", lambda xp, a, b: xp.floor_divide(a, b), lambda m, a, b, y: 0, lambda m, a, b, y: 0)
-define("mod", lambda xp, a, b: xp.mod(a, b), lambda m, a, b, y: 1, lambda m, a, b, y: -m.floor(a / b))
-define("negative", lambda xp, x: -x, lambda m, x, y: -1)
-define("abs", lambda xp, x: xp.abs(x), lambda m, x, y: m.sign(x))
-define("sign", lambda xp, x: xp.sign(x), lambda m, x, y: 0)
-define("floor", lambda xp, x: xp.floor(x), lambda m, x, y: 0)
+       doc="d/db a**b = a**b log a for a > 0 and 0 otherwise", cost=220.0,
+       numba="_F({0} ** {1})", cuda="pow{s}({0}, {1})")
+define("floor_divide", lambda xp, a, b: xp.floor_divide(a, b), lambda m, a, b, y: 0, lambda m, a, b, y: 0,
+       result="arith", cost=210.0, numba="({0} // {1})", cuda="minflux_floordiv_{tag}({0}, {1})",
+       cuda_int="minflux_floordiv_i64({0}, {1})")
+define("mod", lambda xp, a, b: xp.mod(a, b), lambda m, a, b, y: 1, lambda m, a, b, y: -m.floor(a / b),
+       result="arith", cost=215.0, numba="({0} % {1})", cuda="minflux_mod_{tag}({0}, {1})",
+       cuda_int="minflux_mod_i64({0}, {1})")
+define("negative", lambda xp, x: -x, lambda m, x, y: -1, result="arith", finite=True, numba="(-{0})",
+       cuda="(-{0})", cuda_int="minflux_wrap_i64(0ULL - (unsigned long long)({0}))")
+define("abs", lambda xp, x: xp.abs(x), lambda m, x, y: m.sign(x), result="arith", finite=True,
+       numba="abs({0})", cuda="fabs{s}({0})", cuda_int="minflux_abs_i64({0})")
+define("sign", lambda xp, x: xp.sign(x), lambda m, x, y: 0, result="arith", finite=True,
+       numba="np.sign({0})", cuda="minflux_sign_{tag}({0})", cuda_int="minflux_sign_i64({0})")
+define("floor", lambda xp, x: xp.floor(x), lambda m, x, y: 0, finite=True, numba="np.floor({0})",
+       cuda="floor{s}({0})")
 define("maximum", lambda xp, a, b: xp.maximum(a, b),
-       lambda m, a, b, y: _step(m, a >= b), lambda m, a, b, y: _step(m, a < b))
+       lambda m, a, b, y: _step(m, a >= b), lambda m, a, b, y: _step(m, a < b), result="select",
+       finite=True, numba="_max({0}, {1})", cuda="minflux_max_{tag}({0}, {1})",
+       cuda_int="(({0} >= {1}) ? {0} : {1})")
 define("minimum", lambda xp, a, b: xp.minimum(a, b),
-       lambda m, a, b, y: _step(m, a <= b), lambda m, a, b, y: _step(m, a > b))
+       lambda m, a, b, y: _step(m, a <= b), lambda m, a, b, y: _step(m, a > b), result="select",
+       finite=True, numba="_min({0}, {1})", cuda="minflux_min_{tag}({0}, {1})",
+       cuda_int="(({0} <= {1}) ? {0} : {1})")
 define("clip", _clip,
        lambda m, x, lo, hi, y: _step(m, x >= lo) * _step(m, x <= hi),
        lambda m, x, lo, hi, y: _step(m, x < lo),
-       lambda m, x, lo, hi, y: _step(m, x > hi) * _step(m, x >= lo))
-# transcendental
-define("exp", lambda xp, x: xp.exp(x), lambda m, x, y: y)
-define("log", lambda xp, x: xp.log(x), lambda m, x, y: 1 / x)
-define("log1p", lambda xp, x: xp.log1p(x), lambda m, x, y: 1 / (1 + x))
-define("expm1", lambda xp, x: xp.expm1(x), lambda m, x, y: y + 1)
-define("sqrt", lambda xp, x: xp.sqrt(x), lambda m, x, y: 0.5 / y)
-define("sin", lambda xp, x: xp.sin(x), lambda m, x, y: m.cos(x))
-define("cos", lambda xp, x: xp.cos(x), lambda m, x, y: -m.sin(x))
-define("tanh", lambda xp, x: xp.tanh(x), lambda m, x, y: 1 - y * y)
-define("sigmoid", _sigmoid, lambda m, x, y: y * (1 - y))
-define("relu", lambda xp, x: xp.maximum(x, 0), lambda m, x, y: _step(m, x > 0))
-define("softplus", lambda xp, x: xp.logaddexp(0, x), lambda m, x, y: m.sigmoid(x))
+       lambda m, x, lo, hi, y: _step(m, x > hi) * _step(m, x >= lo), result="select", finite=True,
+       numba="_min(_max({0}, {1}), {2})", cuda="minflux_min_{tag}(minflux_max_{tag}({0}, {1}), {2})",
+       cuda_int="(((({0} >= {1}) ? {0} : {1}) <= {2}) ? (({0} >= {1}) ? {0} : {1}) : {2})")
+# transcendental (numba_f32: the vectorisable float32 forms of `minflux.compiler.fastmath`)
+define("exp", lambda xp, x: xp.exp(x), lambda m, x, y: y, cost=16.0, numba="_F(math.exp({0}))",
+       numba_f32="exp_f32({0})", cuda="exp{s}({0})", cuda_fast32="__expf({0})")
+define("log", lambda xp, x: xp.log(x), lambda m, x, y: 1 / x, cost=18.0, numba="_F(_log64({0}))",
+       numba_f32="log_f32({0})", cuda="log{s}({0})", cuda_fast32="__logf({0})")
+define("log1p", lambda xp, x: xp.log1p(x), lambda m, x, y: 1 / (1 + x), cost=21.0,
+       numba="_F(_log1p64({0}))", numba_f32="log1p_f32({0})", cuda="log1p{s}({0})")
+define("expm1", lambda xp, x: xp.expm1(x), lambda m, x, y: y + 1, cost=25.0, numba="_F(math.expm1({0}))",
+       numba_f32="expm1_f32({0})", cuda="expm1{s}({0})")
+define("sqrt", lambda xp, x: xp.sqrt(x), lambda m, x, y: 0.5 / y, cost=4.5, numba="np.sqrt({0})",
+       cuda="sqrt{s}({0})")
+define("sin", lambda xp, x: xp.sin(x), lambda m, x, y: m.cos(x), cost=88.0, finite=True,
+       numba="_F(math.sin({0}))", cuda="sin{s}({0})")
+define("cos", lambda xp, x: xp.cos(x), lambda m, x, y: -m.sin(x), cost=87.0, finite=True,
+       numba="_F(math.cos({0}))", cuda="cos{s}({0})")
+define("tanh", lambda xp, x: xp.tanh(x), lambda m, x, y: 1 - y * y, cost=27.0, finite=True,
+       numba="_F(math.tanh({0}))", numba_f32="tanh_f32({0})", cuda="tanh{s}({0})")
+define("sigmoid", _sigmoid, lambda m, x, y: y * (1 - y), cost=20.0, finite=True,
+       numba="_F(_sigmoid64({0}))", numba_f32="sigmoid_f32({0})", cuda="minflux_sigmoid_{tag}({0})",
+       cuda_fast32="minflux_fast_sigmoid_f32({0})")
+define("relu", lambda xp, x: xp.maximum(x, 0), lambda m, x, y: _step(m, x > 0), finite=True,
+       numba="_max({0}, _F(0.0))", cuda="minflux_max_{tag}({0}, ({t})0)")
+define("softplus", lambda xp, x: xp.logaddexp(0, x), lambda m, x, y: m.sigmoid(x), cost=40.0,
+       numba="_F(_softplus64({0}))", numba_f32="softplus_f32({0})", cuda="minflux_softplus_{tag}({0})")
+
+
+def _libm(name: str, arity: int = 1) -> dict:
+    """The spellings of a function numba and CUDA both take from libm under the same name."""
+    args = ", ".join(f"{{{k}}}" for k in range(arity))
+    return dict(numba=f"_F(math.{name}({args}))", cuda=f"{name}{{s}}({args})")
+
+
 # the rest of Python's math module that scalar functions may call
-define("tan", lambda xp, x: xp.tan(x), lambda m, x, y: 1 + y * y)
-define("asin", lambda xp, x: xp.arcsin(x), lambda m, x, y: 1 / m.sqrt(1 - x * x))
-define("acos", lambda xp, x: xp.arccos(x), lambda m, x, y: -1 / m.sqrt(1 - x * x))
-define("atan", lambda xp, x: xp.arctan(x), lambda m, x, y: 1 / (1 + x * x))
-define("sinh", lambda xp, x: xp.sinh(x), lambda m, x, y: m.cosh(x))
-define("cosh", lambda xp, x: xp.cosh(x), lambda m, x, y: m.sinh(x))
-define("asinh", lambda xp, x: xp.arcsinh(x), lambda m, x, y: 1 / m.sqrt(x * x + 1))
-define("acosh", lambda xp, x: xp.arccosh(x), lambda m, x, y: 1 / m.sqrt(x * x - 1))
-define("atanh", lambda xp, x: xp.arctanh(x), lambda m, x, y: 1 / (1 - x * x))
-define("log2", lambda xp, x: xp.log2(x), lambda m, x, y: 1.4426950408889634 / x)
-define("log10", lambda xp, x: xp.log10(x), lambda m, x, y: 0.4342944819032518 / x)
+define("tan", lambda xp, x: xp.tan(x), lambda m, x, y: 1 + y * y, cost=420.0, **_libm("tan"))
+define("asin", lambda xp, x: xp.arcsin(x), lambda m, x, y: 1 / m.sqrt(1 - x * x), cost=95.0, **_libm("asin"))
+define("acos", lambda xp, x: xp.arccos(x), lambda m, x, y: -1 / m.sqrt(1 - x * x), cost=160.0,
+       **_libm("acos"))
+define("atan", lambda xp, x: xp.arctan(x), lambda m, x, y: 1 / (1 + x * x), cost=190.0, finite=True,
+       **_libm("atan"))
+define("sinh", lambda xp, x: xp.sinh(x), lambda m, x, y: m.cosh(x), cost=460.0, **_libm("sinh"))
+define("cosh", lambda xp, x: xp.cosh(x), lambda m, x, y: m.sinh(x), cost=170.0, **_libm("cosh"))
+define("asinh", lambda xp, x: xp.arcsinh(x), lambda m, x, y: 1 / m.sqrt(x * x + 1), cost=460.0,
+       **_libm("asinh"))
+define("acosh", lambda xp, x: xp.arccosh(x), lambda m, x, y: 1 / m.sqrt(x * x - 1), cost=450.0,
+       **_libm("acosh"))
+define("atanh", lambda xp, x: xp.arctanh(x), lambda m, x, y: 1 / (1 - x * x), cost=300.0, **_libm("atanh"))
+define("log2", lambda xp, x: xp.log2(x), lambda m, x, y: 1.4426950408889634 / x, cost=75.0, **_libm("log2"))
+define("log10", lambda xp, x: xp.log10(x), lambda m, x, y: 0.4342944819032518 / x, cost=180.0,
+       **_libm("log10"))
 define("atan2", lambda xp, a, b: xp.arctan2(a, b),
        lambda m, a, b, y: _off_origin(m, a * a + b * b, b),
-       lambda m, a, b, y: _off_origin(m, a * a + b * b, -a))
+       lambda m, a, b, y: _off_origin(m, a * a + b * b, -a), cost=330.0, **_libm("atan2", 2))
 define("hypot", lambda xp, a, b: xp.hypot(a, b),
-       lambda m, a, b, y: _off_origin(m, y, a), lambda m, a, b, y: _off_origin(m, y, b))
+       lambda m, a, b, y: _off_origin(m, y, a), lambda m, a, b, y: _off_origin(m, y, b), cost=85.0,
+       **_libm("hypot", 2))
 _ERF = np.frompyfunc(math.erf, 1, 1)
 
 
@@ -182,17 +261,33 @@ def _erf(xp, x):
     return cupyx.scipy.special.erf(x)
 
 
-define("erf", _erf, lambda m, x, y: 1.1283791670955126 * m.exp(-(x * x)))   # 2 / sqrt(pi) exp(-x^2)
-define("ceil", lambda xp, x: xp.ceil(x), lambda m, x, y: 0)
-define("trunc", lambda xp, x: xp.trunc(x), lambda m, x, y: 0)
+define("erf", _erf, lambda m, x, y: 1.1283791670955126 * m.exp(-(x * x)),   # 2 / sqrt(pi) exp(-x^2)
+       cost=110.0, finite=True, **_libm("erf"))
+define("ceil", lambda xp, x: xp.ceil(x), lambda m, x, y: 0, finite=True, numba="np.ceil({0})",
+       cuda="ceil{s}({0})")
+define("trunc", lambda xp, x: xp.trunc(x), lambda m, x, y: 0, finite=True, numba="np.trunc({0})",
+       cuda="trunc{s}({0})")
 # selection and comparisons (conditions carry no derivative)
-define("where", _where, None, lambda m, c, a, b, y: _step(m, c), lambda m, c, a, b, y: 1 - _step(m, c))
-define("less", lambda xp, a, b: a < b, None, None)
-define("less_equal", lambda xp, a, b: a <= b, None, None)
-define("greater", lambda xp, a, b: a > b, None, None)
-define("greater_equal", lambda xp, a, b: a >= b, None, None)
-define("equal", lambda xp, a, b: a == b, None, None)
-define("not_equal", lambda xp, a, b: a != b, None, None)
-define("logical_not", lambda xp, x: xp.logical_not(x), None)
-define("logical_and", lambda xp, a, b: xp.logical_and(a, b), None, None)
-define("logical_or", lambda xp, a, b: xp.logical_or(a, b), None, None)
+define("where", _where, None, lambda m, c, a, b, y: _step(m, c), lambda m, c, a, b, y: 1 - _step(m, c),
+       result="where", finite=True, numba="_select({0}, {1}, {2})", cuda="({0} ? {1} : {2})",
+       cuda_int="({0} ? {1} : {2})")
+
+
+def _comparison(name: str, impl, operator: str) -> None:
+    spelling = f"({{0}} {operator} {{1}})"
+    define(name, impl, None, None, result="bool", finite=True, numba=spelling, cuda=spelling,
+           cuda_int=spelling)
+
+
+_comparison("less", lambda xp, a, b: a < b, "<")
+_comparison("less_equal", lambda xp, a, b: a <= b, "<=")
+_comparison("greater", lambda xp, a, b: a > b, ">")
+_comparison("greater_equal", lambda xp, a, b: a >= b, ">=")
+_comparison("equal", lambda xp, a, b: a == b, "==")
+_comparison("not_equal", lambda xp, a, b: a != b, "!=")
+define("logical_not", lambda xp, x: xp.logical_not(x), None, result="bool", finite=True,
+       numba="(not {0})", cuda="(!{0})", cuda_int="(!{0})")
+define("logical_and", lambda xp, a, b: xp.logical_and(a, b), None, None, result="bool", finite=True,
+       numba="({0} & {1})", cuda="({0} && {1})", cuda_int="({0} && {1})")
+define("logical_or", lambda xp, a, b: xp.logical_or(a, b), None, None, result="bool", finite=True,
+       numba="({0} | {1})", cuda="({0} || {1})", cuda_int="({0} || {1})")

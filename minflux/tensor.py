@@ -5,8 +5,10 @@ are installed by `minflux._operators` when the package is imported.
 
 Inside `mf.gradient`, an elementwise operation may return a *deferred* Tensor: it knows its shape and
 dtype, and holds the pending expression (`minflux.pointwise.lazy`) instead of a value. Reading
-``value`` computes the pending expression: in one fused kernel once its structure has been seen often
-enough to be compiled (`mf.fusion`'s ``compile_after``), op by op before that.
+``value`` computes the pending expression DAG under it: as one fused kernel once its structure is
+compiled (after `mf.fusion`'s ``compile_after`` sightings), op by op before that and always for a DAG
+of one primitive. Op by op, every deferred Tensor of the DAG receives its value; fused, only the
+Tensor read does (another deferred Tensor of that DAG, read later, computes its own part then).
 """
 from __future__ import annotations
 

@@ -231,7 +231,9 @@ def compiled_ir(key, build: Callable[[], Function]) -> CompiledFunction:
     if cf is None:
         function = build()
         if len(_from_ir) >= _FROM_IR_LIMIT:
-            del _from_ir[next(iter(_from_ir))]   # the oldest structure (its kernels stay on disk)
+            # the oldest structure goes; its machine code stays loaded in the backend and on disk,
+            # so building that structure again redoes the IR passes only
+            del _from_ir[next(iter(_from_ir))]
         cf = _from_ir[key] = CompiledFunction(None, Parsed(function, []))
         cf.name = function.name
     return cf

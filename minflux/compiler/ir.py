@@ -14,7 +14,9 @@ Expressions (right-hand sides)
     user rule added with `mf.scalar_rule` ...) or one of the conversions ``float`` / ``int`` (to the
     kernel's float type / to int64). Primitives with a user rule may also appear in
     ``Function.subroutines``: their primal body, which a code generator emits as a separate scalar
-    function.
+    function. The frontend also writes two pseudo-ops that `minflux.compiler.kinds.infer_kinds`
+    replaces, so typed IR never holds them: ``truth(x)`` (Python's ``bool(x)``, which becomes the
+    conversion ``x != 0``) and ``index(n)`` (a ``range`` bound, checked to be an int and copied).
 
 Statements
     ``Assign(target, value)``        ``target = value``
@@ -188,13 +190,14 @@ def result_kind(op: str, kinds: list) -> str:
     """The kind of ``op`` applied to arguments of ``kinds``; operands are converted to it first.
 
     Table primitives follow their row's ``result`` rule (`minflux.compiler.rules.Primitive`); the
-    pseudo-ops ``truth`` and ``int`` give a bool and an integer, everything else a float.
+    pseudo-op ``truth`` gives a bool, the conversion ``int`` and the pseudo-op ``index`` an integer,
+    the conversion ``float`` a float.
 
     >>> result_kind("add", ["i", "b"]), result_kind("add", ["i", "f"]), result_kind("tanh", ["i"])
     ('i', 'f', 'f')
     """
     prim = TABLE.get(op)
-    rule = prim.result if prim is not None else {"truth": "bool", "int": "int"}.get(op, "float")
+    rule = prim.result if prim is not None else {"truth": "bool", "int": "int", "index": "int"}.get(op, "float")
     if rule == "bool":
         return "b"
     if rule == "int":

@@ -4,7 +4,6 @@ kernel modes of `mf.broadcast`, op-by-op evaluation (fusion off) and fused expre
 any of them gives a finite gradient, every one does."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 

@@ -379,7 +379,9 @@ def withgradient(f: Callable, *args):
 
     An argument may be an array, a Tensor or a tree (objects with attributes, lists, tuples, dicts) of
     arrays; its gradient has the same structure with None where an array received no gradient and in
-    place of everything that is not an array (numbers, strings, functions: configuration).
+    place of everything that is not an array (numbers, strings, functions: configuration). An array
+    that reaches the loss only through zero derivatives (``x * 0``, ``floor(x)``) gets zeros, in
+    every AD mode and whether or not its expression was fused; None means no differentiable use.
     Integer and boolean arrays are never differentiated (their gradient is None). If ``f`` returns a
     tuple, its first element is the scalar loss and the value comes back as the whole tuple with
     Tensors converted to plain arrays. Returned gradients are fresh arrays, safe to update in place.

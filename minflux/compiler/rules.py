@@ -101,6 +101,8 @@ def define(name: str, impl: Callable, *partials, doc: str = "", **row) -> Primit
     np.float64(12.0)
     >>> del TABLE["cube"]
     """
+    if name in TABLE:   # kernels and fused structures already built under the name would keep the old row
+        raise ValueError(f"define({name!r}): a primitive of that name exists; give the new one its own name")
     if row.get("result", "float") not in RESULTS:
         raise ValueError(f"define({name!r}): result must be one of {RESULTS}, got {row['result']!r}")
     prim = Primitive(name, len(partials), impl, tuple(partials), doc, **row)

@@ -67,6 +67,12 @@ def test_in_the_cuda_backends_c(op):
     np.testing.assert_allclose(got, VALUE, rtol=1e-15)
 
 
+def test_a_name_is_defined_once(op):
+    with pytest.raises(ValueError, match="exists; give the new one its own name"):
+        mf.define_primitive(NAME, lambda xp, x: x, lambda m, x, y: 1)
+    np.testing.assert_allclose(op(X), VALUE, rtol=1e-15)       # the row in use is untouched
+
+
 def test_a_row_without_a_spelling_is_refused_by_name():
     plain = mf.define_primitive("unspelled_for_a_test", lambda xp, x: x + 1, lambda m, x, y: 1)
     old = mf.get_elementwise_backend()

@@ -51,7 +51,7 @@ from .rules import TABLE
 from .threads import get_num_threads
 
 BRANCHES = os.environ.get("MINFLUX_NUMBA_BRANCHES", "auto")  # "auto" | "select" | "real"
-PARALLEL_MIN_ELEMENTS = 1 << 16
+PARALLEL_MIN_ELEMENTS = 1 << 17   # below it a second thread costs more CPU than it saves time (measured)
 
 # the IR's pseudo-ops; every table primitive is spelled on its row (`minflux.compiler.rules`)
 _CONVERSIONS = {"float": "_F({0})", "int": "_I({0})"}

@@ -29,10 +29,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
-
 from .calls import call_object
-from .source import Binding, resolve_free_name, source_node
+from .source import Binding, as_constant, assigned_locals, resolve_free_name, source_node
 from .unsupported import UNSUPPORTED_EXPR, UNSUPPORTED_STMT
 from .errors import CompileError
 from .loop_limit import FLAG, capped_exit, get_max_loop_iterations
@@ -74,7 +72,7 @@ class _Frontend:
         self.loop_depth = 0
         args = node.args
         self.params = [a.arg for a in args.args]
-        self.locals = set(self.params) | _assigned_locals(node)
+        self.locals = set(self.params) | assigned_locals(node)
 
     # -- helpers ---------------------------------------------------------------------------------
     def loc(self, node) -> tuple:
@@ -344,7 +342,7 @@ class _Frontend:
         if node.id in self.locals:
             return Var(self.var(node.id))
         value = self.resolve_object(node)
-        const = _as_constant(value)
+        const = as_constant(value)
         if const is not None:
             return Const(const)
         self.error(node, f"the name {node.id!r} (a {type(value).__name__})",
@@ -379,7 +377,7 @@ class _Frontend:
             self.error(node, f"the attribute .{node.attr} of a value", "scalars have no attributes; "
                        "use mf.* or math.* functions")
         value = self.resolve_object(node)
-        const = _as_constant(value)
+        const = as_constant(value)
         if const is not None:
             return Const(const)
         self.error(node, f"the attribute {node.attr!r} used as a value", "call it or use a number")
@@ -473,24 +471,6 @@ def _constant_int(node, fe) -> int:
     if isinstance(value, Const) and isinstance(value.value, int) and not isinstance(value.value, bool):
         return value.value
     raise CompileError("range() step must be an integer constant", fe.loc(node), "range")
-
-
-def _as_constant(value):
-    if isinstance(value, (bool, int, float)):
-        return value
-    if isinstance(value, (np.integer, np.floating, np.bool_)) and np.ndim(value) == 0:
-        return value.item()
-    return None
-
-
-def _assigned_locals(node) -> set:
-    names: set = set()
-    body = node.body if isinstance(node.body, list) else [node.body]
-    for stmt in body:
-        for sub in ast.walk(stmt):
-            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
-                names.add(sub.id)
-    return names
 
 
 def parse(fn: Callable) -> Parsed:

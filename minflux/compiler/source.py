@@ -15,6 +15,8 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
+
 from .errors import CompileError
 
 _MISSING = object()
@@ -118,3 +120,27 @@ class Binding:
         if isinstance(self.value, (bool, int, float)):
             return type(now) is type(self.value) and (now == self.value or (now != now and self.value != self.value))
         return now is self.value
+
+
+def as_constant(value):
+    """A Python number for a free name's value (numpy scalars included), or None when it is not one.
+
+    >>> as_constant(np.float32(0.5)), as_constant("a")
+    (0.5, None)
+    """
+    if isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, (np.integer, np.floating, np.bool_)) and np.ndim(value) == 0:
+        return value.item()
+    return None
+
+
+def assigned_locals(node) -> set:
+    """The names a function's body (or a lambda's expression) assigns: its local variables."""
+    names: set = set()
+    body = node.body if isinstance(node.body, list) else [node.body]
+    for stmt in body:
+        for sub in ast.walk(stmt):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                names.add(sub.id)
+    return names

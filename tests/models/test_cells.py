@@ -88,12 +88,15 @@ def test_blend_passes_gradient_to_the_boundaries_through_the_choice_of_operation
     np.testing.assert_allclose(gz, (w[0] * dc_dz + w[1] * dh_dz).sum(axis=1, keepdims=True), rtol=1e-10)
     np.testing.assert_allclose(gzb, (w[0] * dc_dzb + w[1] * dh_dzb).sum(axis=1, keepdims=True), rtol=1e-10)
 
-    def branch_loss(z, zb):
+    def branch_loss(z, zb, c):
         c_new, h_new = hm_update(z, zb, c, h, f, i, o, g)
         return mf.sum(w[0] * c_new + w[1] * h_new)
 
-    gz_branch, gzb_branch = mf.gradient(branch_loss, zs, zbs)
-    assert not np.any(gz_branch) and not np.any(gzb_branch)  # branches give the boundaries no gradient
+    gz_branch, gzb_branch, gc_branch = mf.gradient(branch_loss, zs, zbs, c)
+    assert gz_branch is None and gzb_branch is None   # branches give the boundaries no gradient
+    assert gc_branch.shape == c.shape
+    with pytest.raises(ValueError, match="only through comparisons and conditions"):
+        mf.gradient(lambda z, zb: branch_loss(z, zb, c), zs, zbs)
 
 
 @pytest.mark.parametrize("slope", [1.0, 2.5])

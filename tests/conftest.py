@@ -12,7 +12,8 @@ import tempfile
 import numpy as np
 import pytest
 
-if "MINFLUX_CACHE_DIR" not in os.environ:  # set before any kernel is compiled; subprocesses inherit it
+if "MINFLUX_CACHE_DIR" not in os.environ:  # set before any kernel is compiled; subprocesses (and
+    # pytest-xdist's workers, started after this file is loaded) inherit it; its creator removes it
     os.environ["MINFLUX_CACHE_DIR"] = tempfile.mkdtemp(prefix="minflux-test-cache-")
     atexit.register(shutil.rmtree, os.environ["MINFLUX_CACHE_DIR"], ignore_errors=True)
 

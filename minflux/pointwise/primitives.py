@@ -66,6 +66,7 @@ def define_primitive(name: str, impl, *partials, doc: str = "", **row):
     array([12.])
     >>> mf.broadcast(lambda x: cube(x) + 1.0, np.array([2.0]))
     array([9.])
+    >>> from minflux.compiler.rules import TABLE; del TABLE["cube_example"]   # leave the table as it was
     """
     define(name, impl, *partials, doc=doc, **row)
     return primitive_op(name, doc or None)

@@ -196,16 +196,6 @@ def measure(setting, impls, size_name, layer_norm, rounds, steps) -> dict:
     return results
 
 
-def library_versions() -> str:
-    found = []
-    for name in ("torch", "jax"):
-        try:
-            found.append(f"{name} {__import__(name).__version__}")
-        except ImportError:
-            pass
-    return ", ".join(found)
-
-
 def table(results: dict, rounds: int, steps: int, load: list) -> str:
     from _common import markdown_table
 
@@ -259,7 +249,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     impls = [i for i in args.impls.split(",")
              if i not in ("torch", "jax") or _importable(i)]
-    from _common import write_results
+    from _common import library_versions, write_results
 
     load_before = os.getloadavg()
     results = {"impls": impls, "cores": cores(), "versions": library_versions(), "cases": {}}

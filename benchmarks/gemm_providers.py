@@ -18,11 +18,10 @@ import ctypes
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _own_process import run_worker  # noqa: E402
+from _own_process import cpu_per_wall, run_worker, timed  # noqa: E402
 
 SHAPES = {  # name -> (M, K, N, a transposed, b transposed)
     "small forward 32x384 @ 384x512": (32, 384, 512, False, False),
@@ -113,14 +112,9 @@ def worker(setting: str, library: str) -> int:
         exact = a.astype(np.float64) @ b.astype(np.float64)
         if not np.allclose(out, exact, rtol=1e-4, atol=1e-3 * np.sqrt(k)):
             raise AssertionError(f"{library} computed a wrong product at {label}")
-        times, cpu = [], []
-        for _ in range(max(5, int(2e9 / (2 * m * n * k)))):
-            t, c = time.perf_counter(), time.process_time()
-            gemm(a, b, out)
-            times.append(time.perf_counter() - t)
-            cpu.append(time.process_time() - c)
-        rates[label] = {"gflops": 2 * m * n * k / statistics.median(times) / 1e9,
-                        "cpu_per_wall": sum(cpu) / sum(times)}
+        samples = timed(lambda: gemm(a, b, out), max(5, int(2e9 / (2 * m * n * k))))
+        rates[label] = {"gflops": 2 * m * n * k / statistics.median(w for w, _ in samples) / 1e9,
+                        "cpu_per_wall": cpu_per_wall(samples)}
     print(json.dumps({"rates": rates}))
     return 0
 

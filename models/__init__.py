@@ -1,7 +1,7 @@
 """Character language models built from the public minflux API: the HM-LSTM and an LSTM baseline.
 
 >>> import numpy as np
->>> from models import HMLSTM
+>>> from minflux_models import HMLSTM
 >>> HMLSTM(5, embed_size=4, hidden_sizes=(3, 3), rng=np.random.default_rng(0)).parameter_count() > 0
 True
 """

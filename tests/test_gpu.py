@@ -45,7 +45,7 @@ def gradient_both(f, *args):
 
 # -- the broadcast compiler's CUDA backend -----------------------------------------------------------
 
-from models.cells import cell_update  # noqa: E402  (the paper's benchmark kernel)
+from minflux_models.cells import cell_update  # noqa: E402  (the paper's benchmark kernel)
 
 
 @mf.elementwise
@@ -249,7 +249,7 @@ def test_the_transfer_guard_sees_cupy_host_copies():
 
 
 def hmlstm_training_step(dtype=np.float32):
-    from models import HMLSTM
+    from minflux_models import HMLSTM
 
     rng = np.random.default_rng(0)
     model = on_gpu(HMLSTM(13, embed_size=8, hidden_sizes=(16, 16, 16), rng=rng, dtype=dtype))
@@ -284,7 +284,7 @@ def test_hmlstm_training_step_makes_no_host_round_trip():
 
 
 def test_hmlstm_gradient_on_the_gpu_matches_the_cpu():
-    from models import HMLSTM
+    from minflux_models import HMLSTM
 
     rng = np.random.default_rng(1)
     model = HMLSTM(9, embed_size=5, hidden_sizes=(6, 4), rng=rng, dtype=np.float64)

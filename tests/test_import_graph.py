@@ -1,4 +1,5 @@
-"""The package's import structure: no cycles inside minflux, and the compiler a pure bottom layer.
+"""The package's import structure: no cycles inside minflux, the compiler a pure bottom layer, and
+models/ and train/ imported by their installed names, minflux_models and minflux_train.
 
 Imports are read from the source with `ast` (top-level and function-level alike), so the check
 does not depend on what happens to be imported when the test runs.
@@ -10,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "minflux"
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "minflux"
 COMPILER = "minflux.compiler"
-COMPILER_MAY_IMPORT = {"minflux.backend", "minflux.files", "minflux._version"}
+COMPILER_MAY_IMPORT = {"minflux.backend", "minflux.files", "minflux._version", "minflux.schedule"}
+SCHEDULE = "minflux.schedule"   # recorded schedules: below the compiler, importing nothing of minflux
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -116,7 +119,14 @@ def test_no_import_cycles_inside_minflux():
 def test_the_compiler_imports_only_itself_backend_files_and_version():
     graph = import_graph()
     upward = {(m, t) for m, targets in graph.items() if m.startswith(COMPILER)
-              for t in targets if not t.startswith(COMPILER) and t not in COMPILER_MAY_IMPORT}
+              for t in targets if not t.startswith((COMPILER, SCHEDULE)) and t not in COMPILER_MAY_IMPORT}
+    assert upward == set()
+
+
+def test_recorded_schedules_import_nothing_else_of_minflux():
+    graph = import_graph()
+    upward = {(m, t) for m, targets in graph.items() if m.startswith(SCHEDULE)
+              for t in targets if not t.startswith(SCHEDULE)}
     assert upward == set()
 
 
@@ -126,3 +136,35 @@ def test_modules_import_by_their_path(module):
     import importlib
 
     assert importlib.import_module(module).__name__ == module
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """The top-level names of the absolute imports in ``path``."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name.partition(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("folder", ["minflux", "models", "train", "tests"])
+def test_models_and_train_are_imported_by_their_installed_names(folder):
+    """``import train`` or ``import models`` works only where the checkout is on the path, and there it
+    loads a second copy beside minflux_train / minflux_models (a second HMLSTM class, a second table of
+    model builders); inside their own package they import relatively."""
+    wrong = {str(p.relative_to(REPO)): names for p in (REPO / folder).rglob("*.py")
+             if (names := top_level_imports(p) & {"train", "models"})}
+    assert wrong == {}
+
+
+@pytest.mark.parametrize("folder, allowed", [("minflux", {"minflux"}), ("models", {"minflux"}),
+                                             ("train", {"minflux", "minflux_models"})])
+def test_each_layer_imports_only_the_layers_below_it_by_name(folder, allowed):
+    """models/ and train/ reach themselves relatively: ``python -m train`` in a checkout imports train/
+    as ``train``, and an absolute ``minflux_train`` import there would load it a second time."""
+    ours = {"minflux", "minflux_models", "minflux_train"}
+    wrong = {str(p.relative_to(REPO)): names for p in (REPO / folder).rglob("*.py")
+             if (names := top_level_imports(p) & ours - allowed)}
+    assert wrong == {}

@@ -1,5 +1,7 @@
-"""A wheel built from the tree installs into a fresh virtual environment, and its console scripts and
-``python -m train`` work from an unrelated folder with the shipped configs (no network needed)."""
+"""A wheel built from the tree installs into a fresh virtual environment under names of its own
+(minflux, minflux_models, minflux_train: no ``train`` or ``models`` to collide with another project's),
+and its console scripts and ``python -m minflux_train`` work from an unrelated folder with the shipped
+configs (no network needed)."""
 import shutil
 import subprocess
 import sys
@@ -23,7 +25,7 @@ def run(*args, cwd, check=True):
 def test_the_installed_wheel_runs_from_another_folder(tmp_path):
     source = tmp_path / "source"  # a copy, so building leaves nothing in the working tree
     source.mkdir()
-    for name in ("pyproject.toml", "README.md", "minflux", "models", "train", "configs"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "minflux", "models", "train", "configs"):
         copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy2
         copy(REPO / name, source / name, **({"symlinks": True, "ignore": shutil.ignore_patterns(
             "__pycache__")} if copy is shutil.copytree else {}))
@@ -51,9 +53,16 @@ def test_the_installed_wheel_runs_from_another_folder(tmp_path):
         assert out.startswith(f"usage: minflux-{tool}"), out
     clean = tmp_path / "clean"
     clean.mkdir()
-    assert "usage: python -m train" in run(python, "-m", "train", "--help", cwd=clean).stdout
-    where = run(python, "-c", "import train.config as c; print(c.resolve_path('hmlstm_ptb'))", cwd=clean)
+    (record,) = site.glob("minflux-*.dist-info/RECORD")
+    assert {line.split("/")[0] for line in record.read_text().splitlines()
+            if not line.startswith("../")} == {"minflux", "minflux_models", "minflux_train", record.parent.name}
+    for name in ("train", "models"):
+        assert "ModuleNotFoundError" in run(python, "-c", f"import {name}", cwd=clean, check=False).stderr
+    assert "usage: python -m minflux_train" in run(python, "-m", "minflux_train", "--help", cwd=clean).stdout
+    where = run(python, "-c", "import minflux_train.config as c; print(c.resolve_path('hmlstm_ptb'))",
+                cwd=clean)
     assert where.stdout.strip().startswith(str(site)), where.stdout
     missing = run(venv / "bin" / "minflux-train", "--config", "nope", cwd=elsewhere, check=False)
     assert missing.returncode == 1
     assert "shipped configs: default.toml, hmlstm_enwik8.toml, hmlstm_ptb.toml" in missing.stderr
+

@@ -24,7 +24,7 @@ import numpy as np
 import minflux as mf
 from minflux.files import write_atomically
 
-from models.boundaries import positions_in_words, rates_by_position
+from minflux_models.boundaries import positions_in_words, rates_by_position
 
 from .cli import command, prog
 from .data import StreamBatcher, Vocabulary, ptb_symbols

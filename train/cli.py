@@ -36,10 +36,18 @@ def one_line(exc: BaseException) -> str:
     return "; ".join(lines)
 
 
+_PACKAGE = __name__.rpartition(".")[0]  # train from a checkout's python -m train, else minflux_train
+
+
 def prog(module: str) -> str:
-    """The program name for help texts: the console script's name, or ``python -m <module>``."""
+    """The program name for help texts: the console script's name, or ``python -m <module>`` with
+    ``train`` spelt as this process imported the package (``minflux_train`` when installed).
+
+    >>> prog("train.sample") in ("python -m train.sample", "python -m minflux_train.sample")
+    True
+    """
     name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    return name if name.startswith("minflux-") else f"python -m {module}"
+    return name if name.startswith("minflux-") else f"python -m {_PACKAGE}{module.removeprefix('train')}"
 
 
 def command(main):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import minflux as mf
-from models.boundaries import BoundaryStats
+from minflux_models.boundaries import BoundaryStats
 
 from .cli import command, prog
 from .data import StreamBatcher

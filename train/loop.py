@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import minflux as mf
-from models.boundaries import annealed_slope, boundary_rates
+from minflux_models.boundaries import annealed_slope, boundary_rates
 
 from minflux.files import write_atomically
 
@@ -470,9 +470,9 @@ def train(cfg: Config, run: RunDir, resume: bool = False, set_keys=()) -> Outcom
 
     What ``python -m train`` does, minus the printing::
 
-        from train.config import load_config
-        from train.loop import train
-        from train.runs import RunDir
+        from minflux_train.config import load_config
+        from minflux_train.loop import train
+        from minflux_train.runs import RunDir
         outcome = train(load_config("default", ["train.max_steps=100"]), RunDir("runs/try"))
         print(outcome.valid, outcome.sample)
     """

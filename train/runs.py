@@ -71,7 +71,7 @@ class RunDir:
         >>> RunDir(file).create()
         Traceback (most recent call last):
         ...
-        train.runs.RunError: cannot use .../notes.txt as a run directory: it is a regular file; ...
+        minflux_train.runs.RunError: cannot use .../notes.txt as a run directory: it is a regular file...
         """
         for folder in (self.path, *self.path.parents):
             if os.path.lexists(folder) and not folder.is_dir():
@@ -99,7 +99,7 @@ class RunDir:
         ...         pass
         Traceback (most recent call last):
         ...
-        train.runs.RunError: ...r is in use by another run (pid ...); wait for it to finish, or ...
+        minflux_train.runs.RunError: ...r is in use by another run (pid ...); wait for it to finish...
         """
         created = not self.path.exists()
         self.create()
@@ -149,7 +149,7 @@ class RunDir:
         >>> run = RunDir(tempfile.mkdtemp()); run.latest.mkdir(parents=True); run.check_files()
         Traceback (most recent call last):
         ...
-        train.runs.RunError: .../checkpoints/latest.h5 is a folder, not a checkpoint file; move it ...
+        minflux_train.runs.RunError: .../checkpoints/latest.h5 is a folder, not a checkpoint file...
         """
         for file in (self.latest, self.best, self.config, self.metrics, self.log, self.sample):
             if os.path.lexists(file) and not file.is_file():
@@ -207,8 +207,8 @@ def pick_device(device: str) -> str:
 
 
 def _hmlstm(cfg: ModelConfig, vocab_size: int, **common):
-    import models
-    from models.boundaries import MIN_LAYERS
+    import minflux_models
+    from minflux_models.boundaries import MIN_LAYERS
 
     if len(cfg.hidden_sizes) < MIN_LAYERS:
         sizes = ",".join(str(n) for n in cfg.hidden_sizes * MIN_LAYERS)
@@ -216,14 +216,14 @@ def _hmlstm(cfg: ModelConfig, vocab_size: int, **common):
                           f"layers (a boundary detector sits between two layers); give {MIN_LAYERS} or more "
                           f"sizes (e.g. --set model.hidden_sizes=[{sizes}]), or train the LSTM baseline "
                           f"with --set model.kind=lstm")
-    return models.HMLSTM(vocab_size, layer_norm=cfg.layer_norm, cell_form=cfg.cell_form, mode=cfg.mode,
-                         init=cfg.init, **common)
+    return minflux_models.HMLSTM(vocab_size, layer_norm=cfg.layer_norm, cell_form=cfg.cell_form,
+                                 mode=cfg.mode, init=cfg.init, **common)
 
 
 def _lstm(cfg: ModelConfig, vocab_size: int, **common):
-    import models
+    import minflux_models
 
-    return models.LSTMLM(vocab_size, **common)
+    return minflux_models.LSTMLM(vocab_size, **common)
 
 
 MODEL_BUILDERS = {"hmlstm": _hmlstm, "lstm": _lstm}
@@ -236,7 +236,7 @@ def build_model(cfg: ModelConfig, vocab_size: int, rng: np.random.Generator):
     >>> build_model(ModelConfig(kind="hmlstm", hidden_sizes=[8]), 5, np.random.default_rng(0))
     Traceback (most recent call last):
     ...
-    train.config.ConfigError: model.hidden_sizes = [8]: an HM-LSTM needs at least 2 layers ...
+    minflux_train.config.ConfigError: model.hidden_sizes = [8]: an HM-LSTM needs at least 2 layers ...
     """
     try:
         return MODEL_BUILDERS[cfg.kind](cfg, vocab_size, embed_size=cfg.embed_size,
@@ -262,12 +262,12 @@ def split_tokens(corpus, name: str, cfg: Config) -> np.ndarray:
     """The tokens of split ``name`` of ``corpus``; a split too short to use is a `RunError` that says
     how large the corpus is and which key makes the split larger.
 
-    >>> from train.data.corpora import Corpus
+    >>> from minflux_train.data.corpora import Corpus
     >>> corpus = Corpus("text", Vocabulary.from_text("ab"), {"train": np.zeros(9), "valid": np.zeros(1)})
     >>> split_tokens(corpus, "valid", Config())
     Traceback (most recent call last):
     ...
-    train.runs.RunError: data: the valid split has 1 token, and it needs at least 2; ...
+    minflux_train.runs.RunError: data: the valid split has 1 token, and it needs at least 2; ...
     """
     tokens = corpus.splits.get(name)
     if tokens is not None and len(tokens) >= 2:
@@ -299,7 +299,7 @@ def batches(tokens: np.ndarray, cfg: Config):
     >>> batches(np.arange(5), Config(train=TrainConfig(batch_size=8, seq_len=2)))
     Traceback (most recent call last):
     ...
-    train.config.ConfigError: train.batch_size = 8: the training split's 5 tokens cannot fill 8 ...
+    minflux_train.config.ConfigError: train.batch_size = 8: the training split's 5 tokens cannot fill...
     """
     t = cfg.train
     if len(tokens) - 1 < t.batch_size:
@@ -338,7 +338,7 @@ def checkpoint_file(run: RunDir, name: str) -> Path:
     >>> checkpoint_file(RunDir(tempfile.mkdtemp()), "nope")
     Traceback (most recent call last):
     ...
-    train.runs.RunError: --checkpoint nope: no such file; --checkpoint takes best, latest or the path ...
+    minflux_train.runs.RunError: --checkpoint nope: no such file; --checkpoint takes best, latest...
     """
     have = [p.stem for p in (run.best, run.latest) if p.is_file()]
     accepted = (f"--checkpoint takes best, latest or the path of a checkpoint file (this run has "

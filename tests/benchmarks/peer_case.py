@@ -3,7 +3,7 @@ FLUSH, COPY and UPDATE from the first step, and minflux's own loss and gradients
 import numpy as np
 
 import minflux as mf
-from models import HMLSTM
+from minflux_models import HMLSTM
 
 VOCAB = 9
 TOKENS = np.array([[1, 4, 2, 6, 0, 8, 3], [3, 3, 5, 1, 2, 7, 7], [0, 6, 6, 2, 4, 1, 5]])

@@ -8,7 +8,7 @@ import minflux as mf
 from minflux.compiler.compiled import compiled
 from minflux.compiler.cost import OUTPUT_STREAM, operation_cost
 from minflux.testing import check_grad
-from models.cells import hm_update
+from minflux_models.cells import hm_update
 
 
 def product_of(n: int):

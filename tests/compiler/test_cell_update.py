@@ -10,7 +10,7 @@ from minflux.autograd import active_tape
 from minflux.testing import check_grad
 
 
-from models.cells import cell_update  # the paper's benchmark kernel
+from minflux_models.cells import cell_update  # the paper's benchmark kernel
 
 
 def sig(x):

@@ -195,7 +195,7 @@ from test_constructs import _partials  # noqa: E402
 import minflux as mf  # noqa: E402
 from minflux.compiler import compiled as compiled_functions  # noqa: E402
 from minflux.optim.adaptive import adam_step  # noqa: E402
-from models.cells import boundary, hm_update, hm_update_blend  # noqa: E402
+from minflux_models.cells import boundary, hm_update, hm_update_blend  # noqa: E402
 
 DTYPES = [np.float64, np.float32]
 
@@ -265,7 +265,7 @@ def straight_through(x, slope):
     return boundary(x, slope) * x + boundary(-x, slope)
 
 
-from models.cells import cell_update  # noqa: E402  (the paper's benchmark kernel)
+from minflux_models.cells import cell_update  # noqa: E402  (the paper's benchmark kernel)
 
 
 B, F, POSITIVE = ("b", 0, 1), ("f", -1.5, 1.5), ("f", 0.1, 1.0)

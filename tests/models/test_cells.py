@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import minflux as mf
-from models.cells import boundary, hm_update, hm_update_blend
+from minflux_models.cells import boundary, hm_update, hm_update_blend
 
 
 def sig(x):

@@ -5,8 +5,8 @@ import pytest
 import minflux as mf
 from minflux.autograd import active_tape
 from minflux.testing import check_grad
-from models import HMLSTM, LSTMLM, annealed_slope, boundary_rates
-from models.cells import boundary
+from minflux_models import HMLSTM, LSTMLM, annealed_slope, boundary_rates
+from minflux_models.cells import boundary
 
 
 def small_hmlstm(hidden_sizes=(4, 3), **kw):
@@ -126,7 +126,7 @@ def test_gradients_against_finite_differences(cell_form, monkeypatch):
 def test_skipping_copy_rows_gives_the_dense_loss_gradients_and_state(monkeypatch):
     """Rows that COPY get no gate products (branch form); loss, every gradient, the new state and the
     boundaries equal the dense computation's, and the skipping path ran in the middle and top layers."""
-    import models.hmlstm as hmlstm
+    import minflux_models.hmlstm as hmlstm
 
     model = small_hmlstm(hidden_sizes=(4, 3, 3), cell_form="branch", slope=1.0)
     tokens = np.random.default_rng(5).integers(0, 7, size=(8, 6))
@@ -350,8 +350,8 @@ def test_a_small_hmlstm_learns_to_segment_words(cell_form):
     """300 steps on sentences of words: layer 1's rate stays between 5% and 95% at every step, and on
     held-out text it starts a new segment (flushes, after z = 1 on the character before) more often on
     word-first letters than on any other character."""
-    from models import rates_by_position
-    from models.boundaries import positions_in_words
+    from minflux_models import rates_by_position
+    from minflux_models.boundaries import positions_in_words
 
     text = word_text(6000)
     symbols = sorted(set(text))

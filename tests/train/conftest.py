@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import minflux as mf
-import train.runs
+import minflux_train.runs
 
 
 class TinyLM:
@@ -41,7 +41,7 @@ class TinyLM:
 @pytest.fixture
 def tiny_model(monkeypatch):
     """Make model.kind = "hmlstm" build a TinyLM."""
-    monkeypatch.setitem(train.runs.MODEL_BUILDERS, "hmlstm",
+    monkeypatch.setitem(minflux_train.runs.MODEL_BUILDERS, "hmlstm",
                         lambda cfg, vocab_size, **common: TinyLM(vocab_size, **common))
     return TinyLM
 

@@ -32,12 +32,12 @@ def limited_fit(real):
 if __name__ == "__main__":  # only as a program: importing this file changes nothing
     sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
     import conftest
-    import train.runs
-    from train.__main__ import main
-    from train.loop import Trainer
+    import minflux_train.runs
+    from minflux_train.__main__ import main
+    from minflux_train.loop import Trainer
 
-    train.runs.MODEL_BUILDERS["hmlstm"] = lambda cfg, vocab_size, **common: conftest.TinyLM(vocab_size,
-                                                                                            **common)
+    minflux_train.runs.MODEL_BUILDERS["hmlstm"] = lambda cfg, vocab_size, **common: conftest.TinyLM(
+        vocab_size, **common)
     if os.environ.get("RUN_TINY_STEP_SECONDS"):
         Trainer.train_step = slow_step(Trainer.train_step)
     if os.environ.get("RUN_TINY_PID_DIR"):

@@ -5,8 +5,8 @@ import warnings
 
 import pytest
 
-from train.__main__ import main
-from train.runs import RunDir
+from minflux_train.__main__ import main
+from minflux_train.runs import RunDir
 
 
 def refused(capsys, argv, expected):
@@ -60,7 +60,7 @@ def test_a_batch_the_training_split_cannot_fill(cfg, tmp_path, tiny_model, capsy
 
 def test_a_prime_outside_the_vocabulary_is_refused_before_training(cfg, tmp_path, tiny_model, capsys,
                                                                   monkeypatch):
-    from train.loop import Trainer
+    from minflux_train.loop import Trainer
 
     monkeypatch.setattr(Trainer, "train_step", lambda *a: pytest.fail("trained before checking the prime"))
     out = tmp_path / "run"

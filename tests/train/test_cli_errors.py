@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 import minflux as mf
-import train.plot
-from train.__main__ import main as train_main
-from train.boundaries import main as boundaries_main
-from train.evaluate import main as evaluate_main
-from train.loop import Trainer
-from train.runs import RunDir
-from train.sample import main as sample_main
+import minflux_train.plot
+from minflux_train.__main__ import main as train_main
+from minflux_train.boundaries import main as boundaries_main
+from minflux_train.evaluate import main as evaluate_main
+from minflux_train.loop import Trainer
+from minflux_train.runs import RunDir
+from minflux_train.sample import main as sample_main
 
 RUN_TINY = Path(__file__).with_name("run_tiny.py")
 
@@ -90,7 +90,7 @@ def test_ctrl_c_during_start_up_does_not_claim_a_checkpoint(cfg, tmp_path, tiny_
     assert "nothing was saved" in err and "last checkpoint" not in err
 
 
-@pytest.mark.parametrize("tool", [evaluate_main, sample_main, train.plot.main])
+@pytest.mark.parametrize("tool", [evaluate_main, sample_main, minflux_train.plot.main])
 def test_tools_on_a_missing_run_dir(tool, tmp_path, capsys):
     one_error_line(capsys, tool([str(tmp_path / "nowhere")]), str(tmp_path / "nowhere"))
 
@@ -127,11 +127,11 @@ def test_boundaries_with_text_outside_the_vocabulary(run_dir, capsys):
 def test_plot_skips_bad_bytes_in_metrics_and_says_so(run_dir, capsys, monkeypatch):
     metrics = RunDir(run_dir).metrics
     metrics.write_bytes(metrics.read_bytes() + b'{"kind": "train", "st\xff\xfe\n\x00\x01garbage\n')
-    records = train.plot.MetricsLog(metrics).read()
-    log = train.plot.MetricsLog(metrics)
+    records = minflux_train.plot.MetricsLog(metrics).read()
+    log = minflux_train.plot.MetricsLog(metrics)
     assert log.read() == records and log.skipped == 2 and records
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    status = train.plot.main([str(run_dir)])
+    status = minflux_train.plot.main([str(run_dir)])
     one_error_line(capsys, status, "needs matplotlib")
 
 

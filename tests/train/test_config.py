@@ -3,7 +3,7 @@ import tomllib
 
 import pytest
 
-from train.config import CONFIG_DIR, Config, ConfigError, dump_toml, load_config
+from minflux_train.config import CONFIG_DIR, Config, ConfigError, dump_toml, load_config
 
 SHIPPED = sorted(CONFIG_DIR.glob("*.toml"))
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from train.config import Config, bounded, setting
-from train.config_reference import key_rows, main, reference_markdown
-from train.resume import RESUMABLE, flat
+from minflux_train.config import Config, bounded, setting
+from minflux_train.config_reference import key_rows, main, reference_markdown
+from minflux_train.resume import RESUMABLE, flat
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "config.md"

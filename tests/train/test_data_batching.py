@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from train.data import StreamBatcher
+from minflux_train.data import StreamBatcher
 
 
 @settings(max_examples=200, deadline=None)

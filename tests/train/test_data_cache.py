@@ -5,8 +5,8 @@ import h5py
 import numpy as np
 import pytest
 
-import train.data.cache as cache
-from train.data import load_corpus
+import minflux_train.data.cache as cache
+from minflux_train.data import load_corpus
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def same_tokens(a, b):
 def test_second_load_is_a_hit_and_never_rebuilds(text_file, tmp_path, monkeypatch):
     first = load(text_file, tmp_path / "cache")
     assert first.cache_status == "missing" and first.cache_file.is_file()
-    monkeypatch.setattr("train.data.corpora.TextCorpus.build",
+    monkeypatch.setattr("minflux_train.data.corpora.TextCorpus.build",
                         lambda self, files: pytest.fail("a valid cache must not be rebuilt"))
     second = load(text_file, tmp_path / "cache")
     assert second.cache_status == "hit" and same_tokens(first, second)
@@ -101,8 +101,8 @@ def test_cache_writes_go_through_a_temporary_file(tmp_path, monkeypatch):
 
 
 def test_the_cache_goes_under_the_cache_root_not_the_working_directory(text_file, tmp_path, monkeypatch):
-    from train.config import load_config
-    from train.runs import corpus_for
+    from minflux_train.config import load_config
+    from minflux_train.runs import corpus_for
 
     monkeypatch.setenv("MINFLUX_CACHE_DIR", str(tmp_path / "root"))
     work = tmp_path / "work"

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from train.data import DatasetNotFoundError, load_corpus, ptb_symbols
+from minflux_train.data import DatasetNotFoundError, load_corpus, ptb_symbols
 
 REAL_PTB = Path(__file__).resolve().parents[3] / "shared" / "data" / "ptb-char"
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from train.data import Vocabulary
+from minflux_train.data import Vocabulary
 
 
 def test_chars_round_trip_including_non_ascii():

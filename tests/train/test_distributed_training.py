@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import minflux as mf
-from train.__main__ import main as train_main
-from train.runs import RunDir
+from minflux_train.__main__ import main as train_main
+from minflux_train.runs import RunDir
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mpi_launch import command, environment, launch  # noqa: E402

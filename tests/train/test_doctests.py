@@ -1,13 +1,15 @@
-"""Run the docstring examples of every train module (pytest's doctest collection covers minflux/)."""
+"""Run the docstring examples of every train module under its installed name, minflux_train (pytest's
+doctest collection covers minflux/, and would import train/ as a second copy named train)."""
 import doctest
 import importlib
 import pkgutil
 
 import pytest
 
-import train
+import minflux_train
 
-MODULES = sorted(m.name for m in pkgutil.walk_packages(train.__path__, "train.") if not m.name.endswith("__main__"))
+MODULES = sorted(m.name for m in pkgutil.walk_packages(minflux_train.__path__, "minflux_train.")
+                 if not m.name.endswith("__main__"))
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import minflux as mf
-from train.boundaries import main as boundaries_main
-from train.config import load_config
-from train.evaluate import main as evaluate_main
-from train.loop import Trainer, TrainingDiverged, train
-from train.runs import RunDir
-from train.sample import main as sample_main
+from minflux_train.boundaries import main as boundaries_main
+from minflux_train.config import load_config
+from minflux_train.evaluate import main as evaluate_main
+from minflux_train.loop import Trainer, TrainingDiverged, train
+from minflux_train.runs import RunDir
+from minflux_train.sample import main as sample_main
 
 TINY = ["model.embed_size=8", "model.hidden_sizes=[12, 12]", "model.output_embed_size=16",
         "train.batch_size=3", "train.seq_len=10", "train.max_steps=12", "train.checkpoint_every=4",

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import minflux as mf
-from train.__main__ import main
-from train.config import load_config
-from train.loop import Trainer, train
-from train.runs import RunDir
+from minflux_train.__main__ import main
+from minflux_train.config import load_config
+from minflux_train.loop import Trainer, train
+from minflux_train.runs import RunDir
 
 def parameters(model):
     return {name: np.array(a) for name, a in mf.tree.named_leaves(model, trainable_only=False)}
@@ -205,7 +205,7 @@ def test_finite_gradients_are_checked_by_the_clipping_norm_alone(cfg, tmp_path, 
                                                                 clip_norm, checks):
     """With clipping, the norm ClipNorm reads answers whether every gradient is finite: no second
     pass over the gradients (and no second read from the device) per step."""
-    from train import divergence, loop
+    from minflux_train import divergence, loop
 
     calls = []
     real = divergence.nonfinite_leaves
@@ -222,7 +222,7 @@ def test_finite_gradients_are_checked_by_the_clipping_norm_alone(cfg, tmp_path, 
 
 
 def test_an_overflowing_norm_of_finite_gradients_is_named_as_such():
-    from train.divergence import OVERFLOWED, update_if_finite
+    from minflux_train.divergence import OVERFLOWED, update_if_finite
 
     model = {"w": np.zeros(2, np.float32)}
     state = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0, throw=True), mf.optim.Adam(0.1)), model)

@@ -7,8 +7,8 @@ import stat
 import pytest
 
 from minflux.files import FileWriteError
-from train.__main__ import main
-from train.metrics import MetricsLog
+from minflux_train.__main__ import main
+from minflux_train.metrics import MetricsLog
 
 
 def test_a_symbolic_link_is_followed_by_every_write(tmp_path):

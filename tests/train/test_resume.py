@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import minflux as mf
-from train.__main__ import main
-from train.config import load_config
-from train.loop import Trainer, TrainingDiverged, train
-from train.runs import RunDir
+from minflux_train.__main__ import main
+from minflux_train.config import load_config
+from minflux_train.loop import Trainer, TrainingDiverged, train
+from minflux_train.runs import RunDir
 
 # 17 windows per epoch (564 characters in 4 streams of 8): 40 steps cross two epoch boundaries
 LONG = ["train.epochs=3", "train.max_steps=40", "train.eval_every=7", "train.log_every=2",

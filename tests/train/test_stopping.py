@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 import minflux as mf
-import train.loop as loop_module
-import train.meter as meter_module
-from train.__main__ import main
-from train.config import load_config
-from train.data import StreamBatcher
-from train.loop import Trainer, train
-from train.runs import RunDir, corpus_for
-from train.stopping import Budget
+import minflux_train.loop as loop_module
+import minflux_train.meter as meter_module
+from minflux_train.__main__ import main
+from minflux_train.config import load_config
+from minflux_train.data import StreamBatcher
+from minflux_train.loop import Trainer, train
+from minflux_train.runs import RunDir, corpus_for
+from minflux_train.stopping import Budget
 
 
 class SlowClock:

@@ -5,12 +5,12 @@ import sys
 import numpy as np
 import pytest
 
-import train.plot
-from train.__main__ import main as train_main
-from train.boundaries import main as boundaries_main, render_terminal
-from train.evaluate import evaluate_tokens, main as evaluate_main
-from train.sample import main as sample_main, pick
-from train.data import StreamBatcher
+import minflux_train.plot
+from minflux_train.__main__ import main as train_main
+from minflux_train.boundaries import main as boundaries_main, render_terminal
+from minflux_train.evaluate import evaluate_tokens, main as evaluate_main
+from minflux_train.sample import main as sample_main, pick
+from minflux_train.data import StreamBatcher
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_boundaries_cli_prints_and_writes_html(run_dir, capsys):
 
 
 def test_boundaries_cli_prints_the_rate_by_position_in_the_word_over_a_file(run_dir, tmp_path, capsys):
-    from train.runs import open_run
+    from minflux_train.runs import open_run
 
     text = "the cat sat on the mat. a dog ran in the fog. " * 3
     (tmp_path / "some.txt").write_text(text)
@@ -102,11 +102,11 @@ def test_render_terminal_marks_each_layer():
 
 def test_plot_without_matplotlib_says_how_to_install(run_dir, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    assert train.plot.main([str(run_dir)]) == 1
+    assert minflux_train.plot.main([str(run_dir)]) == 1
     assert "pip install 'minflux[plot]'" in capsys.readouterr().err
 
 
 def test_plot_with_matplotlib(run_dir):
     pytest.importorskip("matplotlib")
-    path = train.plot.plot_run(run_dir)
+    path = minflux_train.plot.plot_run(run_dir)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,6 +1,6 @@
 """Character corpora, their HDF5 token cache, and batching for truncated backpropagation through time.
 
->>> from train.data import load_corpus
+>>> from minflux_train.data import load_corpus
 >>> corpus = load_corpus("default", cache_dir=None)
 >>> len(corpus.vocab) > 50 and len(corpus.split("train")) > 100_000
 True

@@ -32,8 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _own_process import (MAX_ONE_CORE_RATIO, configure_torch, cores, cpu_per_wall,  # noqa: E402
-                          run_worker, timed)
+from _own_process import (alternate, configure_torch, cores, cpu_wall_cell, setting_label,  # noqa: E402
+                          settings_note, summarise, timed)
 
 SIZES = {
     "small": dict(hidden=128, layers=2, embed=128, output_embed=None, batch=32, length=50,
@@ -177,20 +177,11 @@ def worker(setting: str, impl: str, size_name: str, layer_norm: str, steps: str)
 
 def measure(setting, impls, size_name, layer_norm, rounds, steps) -> dict:
     """Every implementation in its own process per round, the order rotated each round."""
-    runs = {impl: [] for impl in impls}
-    for r in range(rounds):
-        for impl in impls[r % len(impls):] + impls[:r % len(impls)]:
-            runs[impl].append(run_worker(__file__, [impl, size_name, layer_norm, steps], setting))
     results = {}
-    for impl, outs in runs.items():
-        samples = [s for o in outs for s in o["samples"]]
-        walls = [w for w, _ in samples]
-        results[impl] = {
-            "seconds": statistics.median(walls), "cpu_per_wall": cpu_per_wall(samples),
-            "cpu_per_wall_runs": [cpu_per_wall(o["samples"]) for o in outs], "samples": samples,
-            "first_step_s": statistics.median(o["first_step_s"] for o in outs),
-            "peak_bytes": None if outs[0]["peak_bytes"] is None else max(o["peak_bytes"] for o in outs),
-        }
+    for impl, outs in alternate(__file__, impls, [size_name, layer_norm, steps], setting, rounds).items():
+        results[impl] = dict(
+            summarise(outs), first_step_s=statistics.median(o["first_step_s"] for o in outs),
+            peak_bytes=None if outs[0]["peak_bytes"] is None else max(o["peak_bytes"] for o in outs))
         if "copy_fraction" in outs[0]:
             results[impl]["copy_fraction"] = statistics.mean(o["copy_fraction"] for o in outs)
     return results
@@ -206,14 +197,11 @@ def table(results: dict, rounds: int, steps: int, load: list) -> str:
                 vs = [f"{r['tokens_per_s'] / by_impl[p]['tokens_per_s']:.2f}x" if p in by_impl else "n/a"
                       for p in ("torch", "jax")]
                 peak = "n/a" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.0f} MiB"
-                ratio = f"{r['cpu_per_wall']:.2f}"
-                if setting == "one" and max(r["cpu_per_wall_runs"]) > MAX_ONE_CORE_RATIO:
-                    ratio += " (invalid)"
                 copying = f"{r['copy_fraction']:.0%}" if "copy_fraction" in r else ""
                 rows.append([entry["size_name"], "on" if entry["layer_norm"] else "off",
-                             "one core" if setting == "one" else f"all cores ({results['cores']})",
-                             LABELS[impl], f"{r['seconds'] * 1e3:.0f}", f"{r['tokens_per_s']:.0f}", *vs,
-                             ratio, f"{r['first_step_s']:.1f}", peak, copying])
+                             setting_label(setting, results["cores"]), LABELS[impl], f"{r['seconds'] * 1e3:.0f}",
+                             f"{r['tokens_per_s']:.0f}", *vs, cpu_wall_cell(r, setting), f"{r['first_step_s']:.1f}",
+                             peak, copying])
         if set(entry["settings"]) == {"one", "all"}:
             one, every = entry["settings"]["one"], entry["settings"]["all"]
             speedups.append([entry["size_name"], "on" if entry["layer_norm"] else "off"] +
@@ -226,10 +214,7 @@ def table(results: dict, rounds: int, steps: int, load: list) -> str:
         text += "\nSpeed-up from one core to all cores (step time on one core / on all):\n\n"
         text += markdown_table(["size", "layer norm"] + [LABELS[i] for i in results["impls"]], speedups)
     text += (f"\nEach implementation in its own process, {rounds} rounds in rotated order, {steps} timed steps "
-             f"per process after the first; medians over all steps. One core: every process pinned to one "
-             f"core (affinity), MINFLUX/OPENBLAS/OMP/MKL_NUM_THREADS=1, PJRT_NPROC=1, "
-             f"torch.set_num_threads(1); CPU / wall above {MAX_ONE_CORE_RATIO} marks a run invalid. All "
-             f"cores: each framework's defaults on {results['cores']} cores (PyTorch told the count). "
+             f"per process after the first; medians over all steps. {settings_note(results['cores'])} "
              f"{results['versions']}. Load average (1 min) {load[0]:.1f} before and {load[1]:.1f} after. "
              "minflux skips the gate products of the rows that COPY (their share is the last column; "
              "the peers compute every row).\n")

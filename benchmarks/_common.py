@@ -60,24 +60,6 @@ def median_time(fn, repeats: int = 5, warmup: int = 1) -> float:
     return statistics.median(times)
 
 
-def interleaved_medians(fns: dict, repeats: int = 5, warmup: int = 1) -> dict:
-    """Median wall-clock seconds of each ``fns[name]()``, timed in turns: every round times each
-    function once, so a change of machine load during the run falls on all of them alike. Each timed
-    call follows an untimed call of the same function, so none is timed with the caches the previous
-    function left behind."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times: dict = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            fn()
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def traced_peak_mib(fn, *args) -> float:
     """Peak MiB traced (numpy allocations) during one call ``fn(*args)``, above what was live before it."""
     import tracemalloc
@@ -108,8 +90,17 @@ def write_results(name: str, data: dict, table: str) -> None:
     """Write ``results/NAME.json`` and ``results/NAME.md`` (the table the README is regenerated from)."""
     data = dict(data, machine=machine())
     write_atomically(RESULTS / f"{name}.json", json.dumps(data, indent=2) + "\n")
-    write_atomically(RESULTS / f"{name}.md", table.rstrip("\n") + f"\n\nMeasured on: {machine()}.\n")
+    write_atomically(RESULTS / f"{name}.md", results_markdown(table, data["machine"]))
     print(table)
+
+
+def results_markdown(table: str, machine_line: str) -> str:
+    """A results block: the table and the machine it was measured on.
+
+    >>> results_markdown("| a |\\n", "some CPU")
+    '| a |\\n\\nMeasured on: some CPU.\\n'
+    """
+    return table.rstrip("\n") + f"\n\nMeasured on: {machine_line}.\n"
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:

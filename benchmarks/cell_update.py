@@ -1,9 +1,7 @@
 """The HM-LSTM cell update: forward plus the gradient of the sum w.r.t. c, f, i, g, on the CPU.
 
 float32 ``(dims, dims)`` arrays; ``z``/``zb`` are Bernoulli(0.5) control vectors of shape ``(dims, 1)``.
-Compared side by side in one process (medians over repeats; the minflux numba modes, the hand loop
-and the copy bound are called in turns, one of each per round; all threads of the machine unless
-MINFLUX_NUM_THREADS/NUMBA_NUM_THREADS say less):
+Implementations:
 
 - ``mixed (numba)``: minflux mixed mode, the default backend: one fused kernel writes the value and
   the four partials in one pass; the tape node's backward reuses them.
@@ -13,44 +11,45 @@ MINFLUX_NUM_THREADS/NUMBA_NUM_THREADS say less):
 - ``reverse``: minflux ``mode="reverse"``: one tape node per op, branches as ``where``.
 - ``hand-written numba``: a parallel numba loop computing the value and the four gradients in one
   pass with the same vectorisable float32 functions, the branch taken once per row, outputs
-  allocated once per call, ``prange`` over rows: the practical limit. It is checked against a
-  float64 numpy reference before anything is timed.
-- ``PyTorch eager`` and ``JAX jit`` (``jax.jit(jax.value_and_grad(...))``) when importable.
+  allocated once per call, ``prange`` over rows: the practical limit.
+- ``PyTorch eager`` (``torch.autograd.grad``) and ``JAX jit`` (``jax.jit(jax.value_and_grad(...))``,
+  inputs already on the device) when importable.
 - ``copy bound (same traffic)``: no arithmetic, only the memory traffic any fused kernel needs:
   five new arrays, four of them copies of c, f, i, g (``np.copyto``) and one filled (the value and
-  the four gradients written, the four inputs read once). The last column is each time over it.
+  the four gradients written, the four inputs read once). Its column gives each time over it.
 
-Each implementation allocates its outputs on every call (as training does). glibc returns large
-freed blocks to the system and faults them in again, which costs as much as the arithmetic here;
+Each implementation runs in its own process per round, rounds in rotated order, on one core and on
+all cores (`_own_process`); each checks its gradients against a float64 numpy reference before it
+is timed. Each allocates its outputs on every call (as training does). glibc returns large freed
+blocks to the system and faults them in again, which costs as much as the arithmetic here;
 ``--malloc reuse`` keeps freed memory in the process (``mallopt``) for every implementation alike;
-the default runs both settings, each in its own process. Peak memory of one gradient (tracemalloc,
-numpy allocations) and the first call's seconds (compile included, at the first size) are reported.
+the default runs both. Peak memory of one gradient (tracemalloc, numpy allocations) and the first
+call's seconds (compiles included, at the first size) are reported.
 
     python benchmarks/cell_update.py              # writes benchmarks/results/cell_update.{json,md}
-    python benchmarks/cell_update.py --quick      # dims 256 and 512, few repeats
+    python benchmarks/cell_update.py --quick      # dims 256 and 512, few repeats: cell_update_quick
 """
 from __future__ import annotations
 
-import os
+import argparse
+import ctypes
+import sys
+from pathlib import Path
 
-# idle OpenMP threads (PyTorch's) must sleep, not spin, or they starve numba's and JAX's threads
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import argparse  # noqa: E402
-import ctypes  # noqa: E402
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import (interleaved_medians, library_versions, markdown_table, median_time,  # noqa: E402
-                     traced_peak_mib, write_results)
+from _common import library_versions, markdown_table, traced_peak_mib, write_results  # noqa: E402
+from _own_process import (RESULTS_FORMAT, compare_options, compare_with, configure_torch,  # noqa: E402
+                          cpu_wall_cell, method_note, serve, setting_label, time_case, timed)
+
+LABELS = {"mixed": "mixed (numba)", "adjoint": "adjoint (numba)", "auto": "auto (numba)",
+          "mixed_numpy": "mixed (numpy)", "reverse": "reverse", "hand": "hand-written numba",
+          "torch": "PyTorch eager", "jax": "JAX jit", "copy": "copy bound (same traffic)"}
+SLOW = ("mixed_numpy", "reverse")
+TRACED = ("mixed", "adjoint", "auto", "reverse", "hand")
 
 
 def reuse_freed_memory():
@@ -68,46 +67,30 @@ def make_inputs(dims: int, seed: int = 0):
     return z, zb, c, f, i, g
 
 
-def minflux_impls(z, zb):
-    import minflux as mf
-
-    from models.cells import cell_update
-
-    def in_mode(mode):
-        def run(c, f, i, g):
-            return mf.withgradient(
-                lambda c, f, i, g: mf.sum(cell_update(z, zb, c, f, i, g, mode=mode)), c, f, i, g)
-        return run
-
-    mixed, reverse = in_mode("mixed"), in_mode("reverse")
-
-    def mixed_numpy(c, f, i, g):
-        mf.set_elementwise_backend("numpy")
-        try:
-            return mixed(c, f, i, g)
-        finally:
-            mf.set_elementwise_backend("numba")
-
-    return {"mixed (numba)": mixed, "adjoint (numba)": in_mode("adjoint"), "auto (numba)": in_mode("auto"),
-            "mixed (numpy)": mixed_numpy, "reverse": reverse}
-
-
 def numpy_reference(z, zb, c, f, i, g):
-    """The value's sum and the four gradients, written with numpy in float64 (checks the hand loop)."""
+    """The four gradients of the value's sum, written with numpy in float64."""
     z, zb, c, f, i, g = (a.astype(np.float64) for a in (z, zb, c, f, i, g))
     sig = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
     si, sf, tg = sig(i), sig(f), np.tanh(g)
     flush, copy = z == 1, (z != 1) & (zb == 0)
     update = ~(flush | copy)
-    y = np.where(flush, si * tg, np.where(copy, c, sf * c + si * tg))
     dc = np.where(update, sf, np.where(copy, 1.0, 0.0)) + 0 * c
     df = np.where(update, c * sf * (1 - sf), 0.0)
     di = np.where(copy, 0.0, si * (1 - si) * tg) + 0 * c
     dg = np.where(copy, 0.0, si * (1 - tg * tg)) + 0 * c
-    return float(y.sum()), (dc, df, di, dg)
+    return [dc, df, di, dg]
 
 
-def hand_written(z, zb):
+def minflux_impl(mode: str, z, zb, *args):
+    import minflux as mf
+
+    from models.cells import cell_update
+
+    loss = lambda c, f, i, g: mf.sum(cell_update(z, zb, c, f, i, g, mode=mode))  # noqa: E731
+    return lambda: mf.withgradient(loss, *args)[1]
+
+
+def hand_written(z, zb, *args):
     """A parallel numba loop: value and the four gradients of sum(value) in one pass."""
     from numba import njit, prange
 
@@ -132,10 +115,11 @@ def hand_written(z, zb):
                 di[r, j] = zero if copy else si * (one - si) * tg
                 dg[r, j] = zero if copy else si * (one - tg * tg)
 
-    def run(c, f, i, g):
-        outs = [np.empty_like(c) for _ in range(5)]
-        kernel(z, zb, c, f, i, g, *outs)
-        return float(outs[0].sum()), tuple(outs[1:])
+    def run():
+        outs = [np.empty_like(args[0]) for _ in range(5)]
+        kernel(z, zb, *args, *outs)
+        float(outs[0].sum())
+        return outs[1:]
 
     return run
 
@@ -149,26 +133,26 @@ def copy_bound(c, f, i, g):
     return outs
 
 
-def torch_impl(z, zb):
+def torch_impl(z, zb, *args):
     import torch
-    tz, tzb = torch.from_numpy(z), torch.from_numpy(zb)
 
-    def run(c, f, i, g):
-        ts = [torch.from_numpy(a).requires_grad_() for a in (c, f, i, g)]
-        tc, tf, ti, tg = ts
+    tz, tzb = torch.from_numpy(z), torch.from_numpy(zb)
+    tc, tf, ti, tg = ts = [torch.from_numpy(a).requires_grad_() for a in args]
+
+    def run():
         ig = torch.sigmoid(ti) * torch.tanh(tg)
         y = torch.where(tz == 1, ig, torch.where(tzb == 0, tc, torch.sigmoid(tf) * tc + ig))
-        loss = y.sum()
-        grads = torch.autograd.grad(loss, ts)
-        return float(loss.detach()), tuple(gr.numpy() for gr in grads)
+        return torch.autograd.grad(y.sum(), ts)
 
     return run
 
 
-def jax_impl(z, zb):
+def jax_impl(z, zb, *args):
     import jax
     import jax.numpy as jnp
+
     jz, jzb = jnp.asarray(z), jnp.asarray(zb)
+    inputs = [jax.device_put(a) for a in args]
 
     def loss(c, f, i, g):
         ig = jax.nn.sigmoid(i) * jnp.tanh(g)
@@ -176,123 +160,98 @@ def jax_impl(z, zb):
         return y.sum()
 
     step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))
-
-    def run(c, f, i, g):
-        value, grads = step(c, f, i, g)
-        grads = [np.asarray(gr.block_until_ready()) for gr in grads]
-        return float(value), tuple(grads)
-
-    return run
+    return lambda: jax.block_until_ready(step(*inputs))[1]
 
 
-def peers(z, zb) -> dict:
-    out = {}
-    for name, make in (("PyTorch eager", torch_impl), ("JAX jit", jax_impl)):
-        try:
-            out[name] = make(z, zb)
-        except ImportError:
-            print(f"{name}: not installed, skipped", file=sys.stderr)
-    return out
+def build(impl: str, inputs):
+    if impl in ("mixed", "adjoint", "auto", "reverse"):
+        return minflux_impl(impl, *inputs)
+    if impl == "mixed_numpy":
+        import minflux as mf
+
+        mf.set_elementwise_backend("numpy")
+        return minflux_impl("mixed", *inputs)
+    return {"hand": hand_written, "torch": torch_impl, "jax": jax_impl}[impl](*inputs)
 
 
-def _grads(result):
-    grads = result[1]
-    return [np.asarray(g, dtype=np.float64) for g in grads]
+def reference(config) -> dict:
+    return {str(dims): numpy_reference(*make_inputs(dims)) for dims in config["dims"]}
 
 
-def worker(dims_list, repeats: int, malloc: str) -> dict:
-    if malloc == "reuse":
+def measure(setting: str, impl: str, config: dict, expected) -> dict:
+    """One implementation at every size, in this process."""
+    if config["malloc"] == "reuse":
         reuse_freed_memory()
-    results = {"malloc": malloc, "dims": {}}
-    for dims in dims_list:
-        z, zb, c, f, i, g = make_inputs(dims)
-        impls = dict(minflux_impls(z, zb))
-        impls["hand-written numba"] = hand_written(z, zb)
-        impls.update(peers(z, zb))
-        args = (c, f, i, g)
-        reference = _grads(numpy_reference(z, zb, *args))
-        hand_error = max(float(np.max(np.abs(a - b))) for a, b in zip(_grads(impls["hand-written numba"](*args)), reference))
-        if hand_error > 1e-4:
-            raise SystemExit(f"the hand-written loop disagrees with numpy by {hand_error}")
-        row = {"ms": {}, "max_grad_error": {}, "first_call_s": {}}
-        for name, fn in impls.items():
-            start = time.perf_counter()
-            got = _grads(fn(*args))  # also the warm-up (compiles kernels and jit functions)
-            row["first_call_s"][name] = time.perf_counter() - start
-            row["max_grad_error"][name] = max(float(np.max(np.abs(a - b))) for a, b in zip(got, reference))
-        close = ("mixed (numba)", "adjoint (numba)", "auto (numba)", "hand-written numba")
-        timed = {name: (lambda fn=impls[name]: fn(*args)) for name in close}
-        timed["copy bound"] = lambda: copy_bound(*args)
-        seconds = interleaved_medians(timed, repeats=repeats)
-        for name, fn in impls.items():   # the others alone (their thread pools spin after a call)
-            if name not in seconds:
-                reps = repeats if name not in ("mixed (numpy)", "reverse") else max(3, repeats // 3)
-                seconds[name] = median_time(lambda: fn(*args), repeats=reps, warmup=1)
-        for name in impls:
-            row["ms"][name] = seconds[name] * 1e3
-            print(f"[{malloc}] dims {dims} {name}: {row['ms'][name]:.2f} ms", file=sys.stderr)
-        row["copy_bound_ms"] = seconds["copy bound"] * 1e3
-        print(f"[{malloc}] dims {dims} copy bound: {row['copy_bound_ms']:.2f} ms", file=sys.stderr)
-        row["peak_mib"] = {name: traced_peak_mib(impls[name], *args) for name in impls
-                           if name in ("mixed (numba)", "adjoint (numba)", "auto (numba)", "reverse",
-                                       "hand-written numba")}
-        results["dims"][str(dims)] = row
-    return results
+    if impl == "torch":
+        configure_torch(setting)
+    repeats = max(3, config["repeats"] // 3) if impl in SLOW else config["repeats"]
+    cases = {}
+    for dims in config["dims"]:
+        inputs = make_inputs(dims)
+        if impl == "copy":   # a bound, not an implementation: nothing to check
+            copy_bound(*inputs[2:])
+            cases[str(dims)] = {"samples": timed(lambda: copy_bound(*inputs[2:]), repeats)}
+            continue
+        run = build(impl, inputs)
+        cases[str(dims)] = time_case(run, expected(str(dims)), repeats, label=f"{LABELS[impl]} at dims {dims}")
+        if impl in TRACED:
+            cases[str(dims)]["peak_mib"] = traced_peak_mib(run)
+    return {"cases": cases}
 
 
-def table(all_results: list, versions: str) -> str:
-    parts = [f"Forward + gradient of the HM-LSTM cell update (sum of the output w.r.t. c, f, i, g), "
-             f"float32 `(dims, dims)`, `(dims, 1)` Bernoulli(0.5) controls, median ms "
-             f"(`python benchmarks/cell_update.py`; {versions}).\n"]
-    for res in all_results:
-        dims = list(res["dims"])
-        names = list(res["dims"][dims[0]]["ms"])
+def _over(seconds: float, base: dict | None) -> str:
+    return f"{seconds / base['seconds']:.2f}x" if base else "-"
+
+
+def table(results: dict) -> str:
+    """The README's tables from the results JSON: per allocator setting, every implementation's
+    median ms at each size on one core and on all cores, with CPU / wall."""
+    dims = [str(d) for d in results["dims"]]
+    first, last = dims[0], dims[-1]
+    parts = ["Forward + gradient of the HM-LSTM cell update (sum of the output w.r.t. c, f, i, g), float32 "
+             "`(dims, dims)`, `(dims, 1)` Bernoulli(0.5) controls, median ms (`python benchmarks/cell_update.py`).\n"]
+    header = (["setting", "implementation"] + [f"dims {d}" for d in dims] +
+              [f"time / hand loop at {last}", f"time / copy bound at {last}", f"first call s (dims {first})",
+               "CPU / wall"])
+    for malloc, res in results["malloc"].items():
         rows = []
-        bound = {d: res["dims"][d].get("copy_bound_ms") for d in dims}
-        last = res["dims"][dims[-1]]["ms"]
-        for name in names:
-            cells = [name] + [f"{res['dims'][d]['ms'][name]:.2f}" for d in dims]
-            cells.append(f"{last[name] / last['hand-written numba']:.2f}x")
-            cells.append(f"{last[name] / bound[dims[-1]]:.2f}x" if bound[dims[-1]] else "-")
-            cells.append(f"{res['dims'][dims[0]]['first_call_s'][name]:.2f}")
-            rows.append(cells)
-        if bound[dims[-1]]:
-            rows.append(["copy bound (same traffic)"] + [f"{bound[d]:.2f}" for d in dims]
-                        + [f"{bound[dims[-1]] / last['hand-written numba']:.2f}x", "1.00x", "-"])
-        label = "glibc default allocator" if res["malloc"] == "default" else \
-            "freed memory kept in the process (mallopt)"
-        parts.append(f"**{label}**\n")
-        parts.append(markdown_table(["implementation"] + [f"dims {d}" for d in dims]
-                                    + [f"time / hand loop at {dims[-1]}", f"time / copy bound at {dims[-1]}",
-                                       f"first call s (dims {dims[0]})"], rows))
-        mem_rows = [[name] + [f"{res['dims'][d]['peak_mib'][name]:.0f}" for d in dims]
-                    for name in res["dims"][dims[0]]["peak_mib"]]
-        parts.append(markdown_table(["peak MiB of one gradient"] + [f"dims {d}" for d in dims], mem_rows))
+        for setting, by_impl in res["settings"].items():
+            hand, bound = (by_impl[k]["cases"][last] if k in by_impl else None for k in ("hand", "copy"))
+            for impl, entry in by_impl.items():
+                cases = entry["cases"]
+                first_call = cases[first].get("first_call_s")
+                rows.append([setting_label(setting, res["cores"]), LABELS[impl],
+                             *(f"{cases[d]['seconds'] * 1e3:.2f}" for d in dims),
+                             _over(cases[last]["seconds"], hand), _over(cases[last]["seconds"], bound),
+                             "-" if first_call is None else f"{first_call:.2f}", cpu_wall_cell(entry, setting)])
+        label = "glibc default allocator" if malloc == "default" else "freed memory kept in the process (mallopt)"
+        parts += [f"**{label}**\n", markdown_table(header, rows)]
+    res = next(iter(results["malloc"].values()))
+    by_impl = next(iter(res["settings"].values()))
+    memory = [[LABELS[impl]] + [f"{entry['cases'][d]['peak_mib']:.0f}" for d in dims]
+              for impl, entry in by_impl.items() if impl in TRACED]
+    parts.append(markdown_table(["peak MiB of one gradient"] + [f"dims {d}" for d in dims], memory))
+    parts.append(method_note(res, LABELS, results["versions"]))
     return "\n".join(parts)
 
 
-def main():
+def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        return serve(sys.argv[2:], reference, measure)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dims", default="512,1024,2048")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--malloc", choices=("default", "reuse", "both"), default="both")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--worker-json", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    dims = [256, 512] if args.quick else [int(d) for d in args.dims.split(",")]
-    repeats = 3 if args.quick else args.repeats
-    if args.worker_json:
-        Path(args.worker_json).write_text(json.dumps(worker(dims, repeats, args.malloc)))
-        return
+    compare_options(parser, LABELS)
+    args = parser.parse_args(argv)
+    config = {"dims": [256, 512] if args.quick else [int(d) for d in args.dims.split(",")],
+              "repeats": 3 if args.quick else args.repeats}
     modes = ("default", "reuse") if args.malloc == "both" else (args.malloc,)
-    all_results = []
-    for mode in modes:
-        out = Path(f"/tmp/minflux-cell-update-{mode}.json")
-        subprocess.run([sys.executable, __file__, "--dims", ",".join(map(str, dims)), "--repeats",
-                        str(repeats), "--malloc", mode, "--worker-json", str(out)], check=True)
-        all_results.append(json.loads(out.read_text()))
-    write_results("cell_update", {"results": all_results}, table(all_results, library_versions(("numba", "torch", "jax"))))
+    results = dict(config, format=RESULTS_FORMAT, versions=library_versions(("numba", "torch", "jax")),
+                   malloc={malloc: compare_with(__file__, args, dict(config, malloc=malloc)) for malloc in modes})
+    write_results("cell_update" + ("_quick" if args.quick else ""), results, table(results))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,19 +1,48 @@
-"""Regenerate the README's result tables from the benchmarks' Markdown output.
+"""Regenerate the README's result tables from the benchmarks' output.
 
 Every block of README.md between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->`` is replaced
-by the contents of ``benchmarks/results/NAME.md``. Blocks whose results file does not exist are left
-as they are. Run it after a benchmark: ``python benchmarks/readme_tables.py``.
+by the results of ``benchmarks/NAME.py``: rendered from ``benchmarks/results/NAME.json`` by that
+benchmark's ``table`` when the JSON is in the own-process format (`_own_process.compare`: each
+framework in its own process, one core and all cores), else the contents of
+``benchmarks/results/NAME.md``. Blocks with neither are left as they are. Run it after a benchmark:
+``python benchmarks/readme_tables.py``.
 """
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
 
-from minflux.files import write_atomically
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-ROOT = Path(__file__).resolve().parent.parent
+from _common import results_markdown  # noqa: E402
+from _own_process import RESULTS_FORMAT  # noqa: E402
+from minflux.files import write_atomically  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 BLOCK = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results:(?P=name) -->)", re.S)
+
+
+def block(name: str, results_dir: Path) -> str | None:
+    """The text of results block ``name``, or None when ``results_dir`` has nothing for it.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp()); _ = (d / "x.md").write_text("| a |\\n")
+    >>> block("x", d), block("y", d)
+    ('| a |\\n', None)
+    """
+    data_file, table_file = results_dir / f"{name}.json", results_dir / f"{name}.md"
+    if data_file.exists():
+        data = json.loads(data_file.read_text())
+        if data.get("format") == RESULTS_FORMAT:
+            spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return results_markdown(module.table(data), data["machine"])
+    return table_file.read_text() if table_file.exists() else None
 
 
 def regenerate(readme_text: str, results_dir: Path) -> tuple[str, list[str]]:
@@ -27,19 +56,18 @@ def regenerate(readme_text: str, results_dir: Path) -> tuple[str, list[str]]:
     refreshed = []
 
     def replace(match):
-        source = results_dir / f"{match['name']}.md"
-        if not source.exists():
+        body = block(match["name"], results_dir)
+        if body is None:
             return match.group(0)
         refreshed.append(match["name"])
-        body = source.read_text().rstrip("\n") + "\n"
-        return match.group(1) + body + match.group(4)
+        return match.group(1) + body.rstrip("\n") + "\n" + match.group(4)
 
     return BLOCK.sub(replace, readme_text), refreshed
 
 
 def main() -> int:
     readme = ROOT / "README.md"
-    text, refreshed = regenerate(readme.read_text(), ROOT / "benchmarks" / "results")
+    text, refreshed = regenerate(readme.read_text(), HERE / "results")
     write_atomically(readme, text)
     print("refreshed:", ", ".join(refreshed) or "nothing")
     return 0

@@ -1,44 +1,50 @@
 """Per-op overhead of the tape: a chain of small elementwise and matmul ops, forward + gradient.
 
 Each layer computes ``h = tanh(h @ W + b) * s + h * 0.5`` (six ops); the loss is ``mean(h * h)``. The
-same chain runs in minflux and, when importable, in PyTorch eager (``torch.autograd.grad``) and in JAX
-op by op (``jax.grad`` without ``jit``), in one process, single-threaded, float32. Small arrays
+same chain runs in minflux, in PyTorch eager (``torch.addmm`` for the affine map, as ``nn.Linear``
+does, and ``torch.autograd.grad``) and in JAX (``jax.jit(jax.grad(...))``), float32. Small arrays
 (16x16) measure the per-op overhead; medium arrays (256x256) show where the arithmetic takes over.
-Times are medians over repeats (minflux and PyTorch called in turns); the ratio is minflux time / PyTorch time for the same work.
+Each implementation runs in its own process per round, rounds in rotated order, on one core and on
+all cores (`_own_process`), and checks its gradients against minflux's in float64 before it is
+timed. The ratios are minflux time / peer time for the same work.
 
     python benchmarks/tape_overhead.py            # writes benchmarks/results/tape_overhead.{json,md}
-    python benchmarks/tape_overhead.py --quick    # a smoke run with few repeats
+    python benchmarks/tape_overhead.py --quick    # few repeats: tape_overhead_quick
 """
 from __future__ import annotations
 
-import os
+import argparse
+import sys
+from pathlib import Path
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")  # before numpy loads: compare per-op cost, not thread pools
-
-import argparse  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import minflux as mf  # noqa: E402
-from _common import interleaved_medians, library_versions, markdown_table, median_time, write_results  # noqa: E402
+from _common import library_versions, markdown_table, write_results  # noqa: E402
+from _own_process import (compare_options, compare_with, configure_torch, cpu_wall_table,  # noqa: E402
+                          method_note, serve, setting_label, time_case)
 
-SIZES = ((16, 200), (256, 12))  # (array side, repeats)
+SIZES = {16: 200, 256: 12}  # array side: repeats
+LABELS = {"minflux": "minflux", "torch": "PyTorch eager", "jax": "JAX jit"}
 
 
 def make_params(n: int, layers: int, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
-    return {
-        "W": [(rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32) for _ in range(layers)],
-        "b": [(rng.standard_normal(n) * 0.1).astype(np.float32) for _ in range(layers)],
-        "s": [rng.uniform(0.5, 1.0, n).astype(np.float32) for _ in range(layers)],
-        "x": rng.standard_normal((n, n)).astype(np.float32),
+    params = {
+        "W": [rng.standard_normal((n, n)) / np.sqrt(n) for _ in range(layers)],
+        "b": [rng.standard_normal(n) * 0.1 for _ in range(layers)],
+        "s": [rng.uniform(0.5, 1.0, n) for _ in range(layers)],
+        "x": rng.standard_normal((n, n)),
     }
+    return mf.tree.map_arrays(lambda a: a.astype(np.float32), params)
+
+
+def flat(grads: dict) -> list:
+    """A gradient tree's arrays in one order: W, b, s of every layer, then x."""
+    return grads["W"] + grads["b"] + grads["s"] + [grads["x"]]
 
 
 def minflux_chain(p):
@@ -51,43 +57,36 @@ def minflux_chain(p):
 def count_ops(params) -> int:
     """The number of nodes the chain records on the tape."""
     from minflux.autograd import Tape, recording
-    from minflux.tree import map_arrays
 
     tape = Tape()
     with recording(tape):
-        minflux_chain(map_arrays(lambda a: mf.Tensor(a, tape, tape.new_slot()), params))
+        minflux_chain(mf.tree.map_arrays(lambda a: mf.Tensor(a, tape, tape.new_slot()), params))
     return len(tape.nodes)
 
 
 def minflux_runner(params):
-    return lambda: mf.gradient(minflux_chain, params)[0]
+    return lambda: flat(mf.gradient(minflux_chain, params)[0])
 
 
 def torch_runner(params):
-    try:
-        import torch
-    except Exception:
-        return None
-    torch.set_num_threads(1)
-    p = {k: [torch.tensor(a, requires_grad=True) for a in v] if isinstance(v, list)
-         else torch.tensor(v, requires_grad=True) for k, v in params.items()}
-    flat = p["W"] + p["b"] + p["s"] + [p["x"]]
+    import torch
+
+    p = mf.tree.map_arrays(lambda a: torch.from_numpy(a).requires_grad_(), params)
+    leaves = flat(p)
 
     def step():
         h = p["x"]
         for W, b, s in zip(p["W"], p["b"], p["s"]):
-            h = torch.tanh(h @ W + b) * s + h * 0.5
-        return torch.autograd.grad(torch.mean(h * h), flat)
+            h = torch.tanh(torch.addmm(b, h, W)) * s + h * 0.5
+        return torch.autograd.grad(torch.mean(h * h), leaves)
 
     return step
 
 
 def jax_runner(params):
-    try:
-        import jax
-        import jax.numpy as jnp
-    except Exception:
-        return None
+    import jax
+    import jax.numpy as jnp
+
     p = jax.tree_util.tree_map(jnp.asarray, params)
 
     def chain(p):
@@ -96,61 +95,68 @@ def jax_runner(params):
             h = jnp.tanh(h @ W + b) * s + h * 0.5
         return jnp.mean(h * h)
 
-    grad = jax.grad(chain)
-    return lambda: jax.block_until_ready(grad(p))
+    grad = jax.jit(jax.grad(chain))
+    return lambda: flat(jax.block_until_ready(grad(p)))
 
 
-def measure(size: int, repeats: int, layers: int) -> dict:
-    params = make_params(size, layers)
-    ops = count_ops(params)
-    runners = {"minflux": minflux_runner(params), "torch": torch_runner(params), "jax": jax_runner(params)}
-    torch_step = runners["torch"]
-    if torch_step is not None:  # both must compute the same gradient before their speed is compared
-        mine, theirs = runners["minflux"](), torch_step()
-        np.testing.assert_allclose(mine["W"][0], theirs[0].numpy(), rtol=2e-3, atol=2e-5)
-    paired = {name: runners[name] for name in ("minflux", "torch") if runners[name] is not None}
-    seconds = interleaved_medians(paired, repeats=repeats, warmup=3)   # taken in turns
-    if runners["jax"] is not None:
-        seconds["jax"] = median_time(runners["jax"], repeats=max(3, repeats // 4), warmup=3)
-    result = {"size": size, "layers": layers, "ops": ops, "repeats": repeats}
-    for name, s in seconds.items():
-        result[f"{name}_ms"] = s * 1e3
-        result[f"{name}_us_per_op"] = s * 1e6 / ops
-    if "torch" in seconds:
-        result["ratio_to_torch"] = seconds["minflux"] / seconds["torch"]
-    return result
+def reference(config) -> dict:
+    """minflux's gradients of the chain in float64 (from the same float32 parameters)."""
+    out = {}
+    for n in config["sizes"]:
+        params = mf.tree.map_arrays(lambda a: a.astype(np.float64), make_params(int(n), config["layers"]))
+        out[n] = flat(mf.gradient(minflux_chain, params)[0])
+    return out
 
 
-def table(cases: list[dict]) -> str:
-    def cell(case, key, fmt="{:.3g}"):
-        return fmt.format(case[key]) if key in case else "-"
+def measure(setting: str, impl: str, config: dict, expected) -> dict:
+    """One implementation at both array sizes, in this process."""
+    if impl == "torch":
+        configure_torch(setting)
+    build = {"minflux": minflux_runner, "torch": torch_runner, "jax": jax_runner}[impl]
+    cases = {}
+    for n, repeats in config["sizes"].items():
+        params = make_params(int(n), config["layers"])
+        cases[n] = time_case(build(params), expected(n), repeats, rtol=2e-3, atol=2e-5, warmup=3,
+                             label=f"{impl} at {n}x{n}")
+        if impl == "minflux":
+            cases[n]["ops"] = count_ops(params)
+    return {"cases": cases}
 
-    rows = [[f"{c['size']}x{c['size']}", c["ops"], cell(c, "minflux_ms"), cell(c, "torch_ms"),
-             cell(c, "jax_ms"), cell(c, "minflux_us_per_op", "{:.1f}"), cell(c, "torch_us_per_op", "{:.1f}"),
-             cell(c, "ratio_to_torch", "**{:.2f}x**")] for c in cases]
-    header = ["arrays", "ops", "minflux ms", "PyTorch eager ms", "JAX op-by-op ms", "minflux us/op",
-              "PyTorch us/op", "minflux / PyTorch"]
-    layers = cases[0]["layers"]
-    return (f"Forward + gradient of a chain of {layers} layers `h = tanh(h @ W + b) * s + h * 0.5` and "
-            "`mean(h * h)`, float32, one thread, median over repeats "
-            f"(`python benchmarks/tape_overhead.py`; {library_versions()}).\n\n" + markdown_table(header, rows))
+
+def table(results: dict) -> str:
+    """The README's tables from the results JSON: ms and us per recorded op on one core and on all
+    cores, then CPU / wall of every implementation."""
+    rows = []
+    for setting, by_impl in results["settings"].items():
+        for n in results["sizes"]:
+            ms = {impl: entry["cases"][n]["seconds"] * 1e3 for impl, entry in by_impl.items()}
+            ops = by_impl["minflux"]["cases"][n]["ops"]
+            rows.append([setting_label(setting, results["cores"]), f"{n}x{n}", ops]
+                        + [f"{ms[i]:.3g}" if i in ms else "-" for i in LABELS]
+                        + [f"{ms[i] * 1e3 / ops:.1f}" if i in ms else "-" for i in ("minflux", "torch")]
+                        + [f"**{ms['minflux'] / ms[i]:.2f}x**" if i in ms else "-" for i in ("torch", "jax")])
+    header = (["setting", "arrays", "ops"] + [f"{label} ms" for label in LABELS.values()]
+              + ["minflux us/op", "PyTorch us/op", "minflux / PyTorch", "minflux / JAX"])
+    return (f"Forward + gradient of a chain of {results['layers']} layers `h = tanh(h @ W + b) * s + h * 0.5` and "
+            f"`mean(h * h)`, float32, median ms (`python benchmarks/tape_overhead.py`).\n\n"
+            + markdown_table(header, rows) + "\n" + cpu_wall_table(results, LABELS) + "\n"
+            + method_note(results, LABELS, results["versions"]))
 
 
-def main(argv=None) -> list[dict]:
-    parser = argparse.ArgumentParser(description="Per-op tape overhead: minflux vs PyTorch eager.")
+def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        return serve(sys.argv[2:], reference, measure)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=25)
-    parser.add_argument("--quick", action="store_true", help="few repeats (a smoke run)")
+    compare_options(parser, LABELS)
     args = parser.parse_args(argv)
-    cases = []
-    for size, repeats in SIZES:
-        case = measure(size, max(3, repeats // 20) if args.quick else repeats, args.layers)
-        cases.append(case)
-        print({k: round(v, 3) if isinstance(v, float) else v for k, v in case.items()}, flush=True)
-    data = {"benchmark": "tape_overhead", "threads": 1, "dtype": "float32", "cases": cases,
-            "command": "python benchmarks/tape_overhead.py" + (" --quick" if args.quick else "")}
-    write_results("tape_overhead", data, table(cases))
-    return cases
+    sizes = {str(n): max(3, repeats // 20) if args.quick else repeats for n, repeats in SIZES.items()}
+    config = {"sizes": sizes, "layers": args.layers}
+    results = compare_with(__file__, args, config)
+    results.update(config, versions=library_versions(), dtype="float32")
+    write_results("tape_overhead" + ("_quick" if args.quick else ""), results, table(results))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -3,7 +3,7 @@ weights (so every variant sees the same boundaries), with one part switched off 
 turns in one process.
 
 The parts: the weight gradients of all steps formed as one stacked product per weight
-(`minflux.product_gradient`), the gate products of COPY rows skipped (`models.hmlstm.copy_rows`), and
+(`minflux.product_gradient`), the gate products of COPY rows skipped (`minflux.row_masked_matmul`), and
 `mf.layer_norm`'s compiled row kernels. Switching a part off restores the computation it replaced:
 one ``a.T @ g`` product per step, every row's gates, numpy's layer-norm formula.
 
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import minflux as mf  # noqa: E402
 import minflux.ops.linalg as linalg  # noqa: E402
-import models.hmlstm as hmlstm  # noqa: E402
+import minflux.ops.row_masking as row_masking  # noqa: E402
 from _common import markdown_table, write_results  # noqa: E402
 from hmlstm_step import SIZES, VOCAB, batch, build_model  # noqa: E402
 from minflux.ops import normalisation  # noqa: E402
@@ -36,7 +36,7 @@ from minflux.product_gradient import ProductGradient  # noqa: E402
 
 PARTS = {
     "stacked weight gradients": (linalg, "ProductGradient", ProductGradient, lambda a, g: a.T @ g),
-    "COPY rows skipped": (hmlstm, "COPY_SKIP_FRACTION", hmlstm.COPY_SKIP_FRACTION, 2.0),
+    "COPY rows skipped": (row_masking, "SKIP_MIN_FRACTION", row_masking.SKIP_MIN_FRACTION, 2.0),
     "layer-norm row kernels": (normalisation, "_compiled_rows", normalisation._compiled_rows,
                                lambda *arrays: False),
 }

@@ -10,6 +10,8 @@ from ._version import __version__
 from .autograd import gradient, no_grad, stop_gradient, withgradient
 from .backend import (DeviceError, default_dtype, get_array_module, gpu_available, is_array,
                       set_default_dtype, to_numpy)
+from .compiled import CompiledStep, ReplayMismatch, compile
+from .schedule import NotReplayable, operation
 from .compiler.compiled import get_elementwise_backend, set_elementwise_backend
 from .compiler.errors import CompileError
 from .compiler.threads import get_num_threads, set_num_threads
@@ -21,7 +23,7 @@ from .ops import (all, any, arange, astype, argmax, argmin, binary_cross_entropy
                   concatenate, cross_entropy, cumsum, dot, einsum, expand_dims, flatten, flip, full,
                   full_like, getitem, index_set, isfinite, isnan, kl_divergence, layer_norm, log_softmax,
                   logsumexp, matmul, max, mean, min, moveaxis, mse, nll, norm, one_hot, ones, ones_like,
-                  outer, pad, prod, repeat, reshape, roll, round, softmax, split, squeeze, stack, std, sum,
+                  outer, pad, prod, repeat, reshape, roll, round, row_masked_matmul, softmax, split, squeeze, stack, std, sum,
                   swapaxes, take, take_along_axis, tensordot, tile, transpose, unstack, var, zeros,
                   zeros_like)
 from .broadcasting import sum_to
@@ -43,7 +45,7 @@ get_num_threads()   # applies MINFLUX_NUM_THREADS to the kernel pool and to BLAS
 __all__ = [
     "__version__", "abs", "acos", "acosh", "add", "all", "any", "arange", "argmax", "argmin", "asin",
     "asinh", "astype", "atan", "atan2", "atanh", "binary_cross_entropy_with_logits", "broadcast",
-    "broadcast_to", "ceil", "clip", "CompileError", "concatenate", "cos", "cosh", "cross_entropy",
+    "broadcast_to", "ceil", "clip", "compile", "CompiledStep", "CompileError", "concatenate", "cos", "cosh", "cross_entropy",
     "cumsum", "default_dtype", "DeviceError", "divide", "dot", "einsum", "elementwise", "elu", "equal",
     "erf", "exp", "expand_dims", "expm1", "flatten", "flip", "floor", "floor_divide", "from_dlpack",
     "full", "full_like", "fusion", "fusion_stats", "gelu", "get_array_module",
@@ -53,8 +55,8 @@ __all__ = [
     "log2", "log_sigmoid", "log_softmax", "logaddexp", "logical_and", "logical_not", "logical_or",
     "logsumexp", "LoopLimitError", "matmul", "max", "maximum", "mean", "min", "minimum", "mod",
     "moveaxis", "mse", "multiply", "negative", "nll", "nn", "no_grad", "no_host_transfers", "norm",
-    "not_equal", "one_hot", "ones", "ones_like", "optim", "outer", "pad", "power", "prod", "relu",
-    "repeat", "reshape", "roll", "round", "rsqrt", "save", "scalar_rule", "set_default_dtype",
+    "not_equal", "NotReplayable", "one_hot", "operation", "ones", "ones_like", "optim", "outer", "pad", "power", "prod", "relu",
+    "repeat", "ReplayMismatch", "reshape", "row_masked_matmul", "roll", "round", "rsqrt", "save", "scalar_rule", "set_default_dtype",
     "set_elementwise_backend", "set_fusion", "set_max_loop_iterations", "set_num_threads", "sigmoid",
     "sign", "silu", "sin", "sinh", "softmax", "softplus", "split", "sqrt", "square", "squeeze", "stack",
     "std", "stop_gradient", "subtract", "sum", "sum_to", "swapaxes", "take", "take_along_axis", "tan",

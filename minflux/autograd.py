@@ -14,6 +14,7 @@ import numpy as np
 
 from .backend import get_array_module, is_array, scatter_add
 from .product_gradient import ProductGradient
+from .schedule import operation
 from .tensor import Tensor
 from .tree import map_arrays
 
@@ -152,17 +153,26 @@ class IndexedGrad:
 
     def add_into(self, buffer) -> None:
         """Add this gradient into ``buffer`` (an array of ``shape``) in place."""
-        if self.unique:
-            buffer[self.index] += self.values
-        else:
-            scatter_add(buffer, self.index, self.values)
+        _add_at(buffer, self.index, self.values, self.unique)
 
     def dense(self):
         """This gradient as a full array."""
-        xp = get_array_module(self.values)
-        buffer = xp.zeros(self.shape, dtype=self.dtype)
-        self.add_into(buffer)
-        return buffer
+        return _dense(self.shape, self.dtype, self.index, self.values, self.unique)
+
+
+@operation
+def _add_at(buffer, index, values, unique: bool) -> None:
+    if unique:
+        buffer[index] += values
+    else:
+        scatter_add(buffer, index, values)
+
+
+@operation
+def _dense(shape: tuple, dtype, index, values, unique: bool):
+    buffer = get_array_module(values).zeros(shape, dtype=dtype)
+    _add_at(buffer, index, values, unique)
+    return buffer
 
 
 def record(name: str, value, args: Sequence[Any], vjp: Callable, multi: bool = False):
@@ -271,6 +281,7 @@ def is_seed_broadcast(g) -> bool:
     seed = getattr(_local, "seed", None)
     if seed is None or any(g.strides):
         return False
+    seed, g = getattr(seed, "_value", seed), getattr(g, "_value", g)  # recorded arrays: their values
     while g is not None:
         if g is seed:
             return True

@@ -5,6 +5,8 @@ from typing import Any
 
 import numpy as np
 
+from .schedule.operation import operation
+from .schedule.traced import Traced
 from .tensor import unwrap
 
 try:  # CuPy is the optional `gpu` extra.
@@ -75,7 +77,33 @@ def is_array(x: Any) -> bool:
     >>> mf.is_array(np.zeros(2)), mf.is_array([0.0])
     (True, False)
     """
-    return isinstance(x, np.ndarray) or is_cupy_array(x)
+    return isinstance(x, np.ndarray) or is_cupy_array(x) or (
+        x.__class__ is Traced and isinstance(x._value, np.ndarray))
+
+
+def as_array(xp, x, dtype=None):
+    """``xp.asarray(x, dtype)``, except that an array already of that dtype (a recorded one too, see
+    `minflux.compile`) is returned as it is.
+
+    >>> import numpy as np
+    >>> a = np.ones(2)
+    >>> as_array(np, a) is a, as_array(np, 3, np.float32)
+    (True, array(3., dtype=float32))
+    """
+    if x.__class__ is Traced:
+        return x if dtype is None or x.dtype == dtype else x.astype(dtype)
+    return xp.asarray(x) if dtype is None else xp.asarray(x, dtype=dtype)
+
+
+def is_numpy_array(x: Any) -> bool:
+    """True for a numpy array (exactly ``numpy.ndarray``), or one being recorded by `minflux.compile`.
+
+    >>> import numpy as np
+    >>> is_numpy_array(np.zeros(1)), is_numpy_array(np.float64(1.0))
+    (True, False)
+    """
+    cls = x.__class__
+    return cls is np.ndarray or (cls is Traced and x._value.__class__ is np.ndarray)
 
 
 def gpu_available() -> bool:
@@ -122,6 +150,7 @@ def get_array_module(*xs: Any, op: str = "this operation"):
     return _cupy
 
 
+@operation
 def scatter_add(buffer, index, values) -> None:
     """``buffer[index] += values`` in place, where repeated indices add up (numpy's ``add.at``).
 

@@ -311,6 +311,9 @@ def _check_arrays(kind: str, name: str, target, loaded, problems: list) -> None:
 def _check_state(name: str, target, loaded, problems: list) -> None:
     if is_array(target) and isinstance(loaded, np.ndarray):
         _check_arrays("optimiser state of", name, target, loaded, problems)
+    elif is_array(target) and target.ndim == 0 and isinstance(loaded, (int, np.integer)) and \
+            np.dtype(target.dtype).kind in "iu":
+        return  # a step count saved as a number, before counts were arrays
     elif isinstance(target, tuple) and isinstance(loaded, tuple) and len(target) == len(loaded):
         for k, (t, v) in enumerate(zip(target, loaded)):
             _check_state(f"{name}[{k}]", t, v, problems)

@@ -19,6 +19,7 @@ import numpy as np
 from .backend import get_array_module
 from .compiler.row_pool import run_rows
 from .compiler.threads import get_num_threads
+from .schedule import operation
 
 __all__ = ["matmul", "PARALLEL_MIN_MULTIPLY_ADDS"]
 
@@ -30,6 +31,7 @@ time for half again the CPU, and below that it saves nothing."""
 _BLOCK = 64   # columns (or rows) per unit of work: whole register tiles of the GEMM kernels
 
 
+@operation
 def matmul(a, b):
     """``a @ b`` as the array module computes it, with large 2-D numpy products split over threads.
 

@@ -64,32 +64,9 @@ def replicated_init(rng: np.random.Generator, rows: int, hidden: int, boundary_c
     return np.concatenate([gates, mf.nn.init.glorot_uniform(rng, rows, 1, dtype=dtype)], axis=1)
 
 
-COPY_SKIP_FRACTION = 0.2
-"""The fraction of a batch's rows that must COPY before their gate products are skipped."""
-COPY_SKIP_MIN_WORK = 2**22
-"""The multiply-adds the skipped rows must save (below it, the extra ops cost more than they save)."""
-
-
 def _value(x):
     """The array of ``x``: a Tensor's value (read as a constant), anything else as it is."""
     return x.value if isinstance(x, mf.Tensor) else x
-
-
-def copy_rows(z, z_below, work_per_row: int):
-    """The ``(B,)`` mask of rows that COPY (``z = 0`` and ``z_below = 0``) when skipping them pays:
-    they are at least `COPY_SKIP_FRACTION` of the batch, save at least `COPY_SKIP_MIN_WORK`
-    multiply-adds of ``work_per_row`` each, and the arrays are numpy ones; else None (every row).
-
-    >>> copy_rows(np.array([[0.0], [1.0], [0.0]]), np.array([[0.0], [0.0], [1.0]]), 2**22)
-    array([ True, False, False])
-    """
-    z, z_below = _value(z), _value(z_below)
-    if not isinstance(z, np.ndarray) or not isinstance(z_below, np.ndarray):
-        return None  # on a GPU, counting the rows would wait for the device at every step
-    copying = ((z == 0) & (z_below == 0)).reshape(-1)
-    n = int(copying.sum())
-    return copying if n >= COPY_SKIP_FRACTION * copying.shape[0] and n * work_per_row >= COPY_SKIP_MIN_WORK \
-        else None
 
 
 class HMLSTMLayer(mf.nn.Module):
@@ -129,14 +106,13 @@ class HMLSTMLayer(mf.nn.Module):
 
     def stacked_weights(self, bottom: bool):
         """``[U; U_top; W; b]`` as one matrix (without ``W`` and ``b`` for the ``bottom`` layer, whose
-        bottom-up term is computed for the whole segment at once), for `step`'s single product, and
-        its gate and boundary columns (for the steps that skip COPY rows), made once per segment."""
+        bottom-up term is computed for the whole segment at once), for `step`'s single product, made
+        once per segment."""
         blocks = [self.U] + ([self.U_top] if self.U_top is not None else [])
         if not bottom:
             blocks += [self.W, mf.reshape(self.b, (1, -1))]
         stacked = mf.concatenate(blocks, axis=0)
-        gate_columns = 4 * self.hidden
-        return stacked, stacked[:, :gate_columns], stacked[:, gate_columns:]
+        return stacked
 
     def step(self, c, h, z, h_above, below, z_below, slope: float, cell, mode: str, *, bottom: bool,
              stacked=None):
@@ -152,16 +128,17 @@ class HMLSTMLayer(mf.nn.Module):
             below = below if bottom else self.bottom_up(below)
             parts = self._split(self._normalised_preactivation(h, z, h_above, below, z_below))
         else:
-            stacked, gate_weights, boundary_weights = stacked
             inputs = [h] + ([z * h_above] if self.U_top is not None else [])
             if bottom:
                 parts = self._split(mf.concatenate(inputs, axis=-1) @ stacked + below)
             else:
                 ones = mf.get_array_module(self.b).ones((h.shape[0], 1), dtype=self.b.dtype)
                 x = mf.concatenate(inputs + [z_below * below, ones], axis=-1)
-                copying = copy_rows(z, z_below, x.shape[-1] * 4 * self.hidden) if cell is hm_update else None
-                parts = self._split(x @ stacked) if copying is None else \
-                    self._skipping_copies(x, gate_weights, boundary_weights, copying)
+                if cell is hm_update:  # COPY rows (z = z_below = 0) never read their gates
+                    updating = mf.logical_or(z != 0, z_below != 0)
+                    parts = self._split(mf.row_masked_matmul(x, stacked, updating, 4 * self.hidden))
+                else:
+                    parts = self._split(x @ stacked)
         return self._update(cell, mode, slope, c, h, z, z_below, *parts)
 
     def _split(self, s):
@@ -170,16 +147,6 @@ class HMLSTMLayer(mf.nn.Module):
         if self.has_boundary:
             return mf.split(s, [H, 2 * H, 3 * H, 4 * H], axis=-1)
         return (*mf.split(s, 4, axis=-1), None)
-
-    def _skipping_copies(self, x, gate_weights, boundary_weights, copying):
-        """The gates and boundary pre-activation when many rows COPY: the gate columns are formed only
-        for the other rows (COPY rows get zeros, which the branch-form cell never reads and whose
-        gradient it makes zero), the boundary column for every row."""
-        active = np.flatnonzero(~copying)
-        gates = x[active] @ gate_weights
-        gates = mf.index_set(np.zeros((copying.shape[0], gates.shape[1]), gates.dtype), active, gates)
-        s_z = x @ boundary_weights if self.has_boundary else None
-        return (*mf.split(gates, 4, axis=-1), s_z)
 
     def _update(self, cell, mode, slope, c, h, z, z_below, f, i, o, g, s_z):
         c_new, h_new = mf.broadcast(cell, z, z_below, c, h, f, i, o, g, mode=mode)

@@ -27,6 +27,7 @@ from typing import Callable
 import numpy as np
 
 from ..backend import get_array_module
+from ..schedule.operation import operation
 from .dtypes import kind_dtype
 from .adjoint import adjoint, supports_adjoint
 from .cost import prefer_adjoint
@@ -151,20 +152,14 @@ class CompiledFunction:
         outputs, then one partial per entry of ``dual.slots``; ``mode`` as in `dual_for`.
         """
         dual = self.dual_for(kinds, wrt, mode)
-        xp = get_array_module(*arrays)
-        if xp is not np:
-            outs = self._run_cuda(dual, arrays, float_dtype, shape)
-        elif get_elementwise_backend() == "numpy":
-            outs = _run_numpy(dual, arrays, float_dtype, shape, xp)
-        else:
-            outs = self._run_numba(dual, arrays, float_dtype, shape)
+        outs = _launch(self, dual, arrays, float_dtype, shape)
         if not self.parsed.loop_sites:
             return dual, outs
         hit = self.duals.get(("without flag", id(dual)))
         if hit is None or hit[0] is not dual:  # the same partials, without the flag output
             hit = self.duals[("without flag", id(dual))] = (dual, dataclasses.replace(
                 dual, n_outputs=dual.n_outputs - 1))
-        return hit[1], self.check_loops(outs, dual.n_outputs)
+        return hit[1], outs
 
     def _run_numba(self, dual: DualFunction, arrays: list, float_dtype, shape: tuple) -> list:
         from . import numba_backend  # numba is imported on the first kernel, not with minflux
@@ -184,6 +179,19 @@ class CompiledFunction:
         if hit is None or hit[0] is not dual:
             hit = self.kernels[key] = (dual, cuda_backend.build_kernel(dual, float_dtype))
         return cuda_backend.launch(hit[1], arrays, float_dtype, shape)
+
+
+@operation
+def _launch(cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype, shape: tuple) -> list:
+    """One evaluation of ``dual`` on the current backend, the loop-cap check included."""
+    xp = get_array_module(*arrays)
+    if xp is not np:
+        outs = cf._run_cuda(dual, arrays, float_dtype, shape)
+    elif get_elementwise_backend() == "numpy":
+        outs = _run_numpy(dual, arrays, float_dtype, shape, xp)
+    else:
+        outs = cf._run_numba(dual, arrays, float_dtype, shape)
+    return cf.check_loops(outs, dual.n_outputs) if cf.parsed.loop_sites else outs
 
 
 _compiled: dict = {}

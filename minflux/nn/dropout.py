@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import get_array_module
+from ..backend import as_array, get_array_module
 from ..autograd import active_tape
 
 from ._rng import as_generator
@@ -49,7 +49,7 @@ class Dropout(Module):
         else:
             seed = int(self.rng.integers(2**63))
             keep = xp.random.default_rng(seed).random(shape) >= self.p
-        return keep.astype(dtype) * xp.asarray(1.0 / (1.0 - self.p), dtype=dtype)
+        return keep.astype(dtype) * as_array(xp, 1.0 / (1.0 - self.p), dtype=dtype)
 
     def __call__(self, x):
         if self.p == 0.0 or not self.is_active():

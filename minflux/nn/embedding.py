@@ -1,12 +1,14 @@
 """Embedding: a lookup table from integer ids to vectors."""
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import numpy as np
 
-from ..backend import get_array_module
+from ..backend import as_array, get_array_module
 from ..ops import take
+from ..ops._common import check_index_range
 
 from . import init as initialisers
 from ._checks import check_sizes, input_shape
@@ -37,15 +39,18 @@ class Embedding(Module):
         input_shape(self._repr_head(), ids, what="integer ids")
         ids = unwrap(ids)
         xp = get_array_module(ids, self.W, op="Embedding")
-        ids = xp.asarray(ids)
+        ids = as_array(xp, ids)
         if ids.dtype.kind not in "iu":
             raise TypeError(f"{self._repr_head()} takes integer ids, got dtype {ids.dtype}; convert "
                             f"with ids.astype(np.int64)")
-        vocab = self.W.shape[0]
-        if xp is np and ids.size and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
-            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-            raise IndexError(f"{self._repr_head()} got id {bad}, outside [0, {vocab})")
+        if xp is np:
+            check_index_range(ids, self.W.shape[0], functools.partial(_id_outside, self._repr_head(),
+                                                                      self.W.shape[0]))
         return take(self.W, ids, axis=0)
 
     def _repr_head(self) -> str:
         return f"Embedding({self.W.shape[0]} => {self.W.shape[1]})"
+
+
+def _id_outside(layer: str, vocab: int, low, high) -> IndexError:
+    return IndexError(f"{layer} got id {low if low < 0 else high}, outside [0, {vocab})")

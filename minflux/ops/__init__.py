@@ -18,6 +18,7 @@ from .losses import (binary_cross_entropy_with_logits, cross_entropy, kl_diverge
                      nll, softmax)
 from .normalisation import layer_norm
 from .norms import norm
+from .row_masking import row_masked_matmul
 from .rearrange import flatten, flip, moveaxis, pad, repeat, roll, tile
 from .reductions import logsumexp, max, mean, min, sum
 from .shapes import (broadcast_to, concatenate, expand_dims, reshape, split, squeeze, stack, swapaxes,
@@ -28,6 +29,6 @@ __all__ = ["astype", "broadcast_to", "concatenate", "cross_entropy", "expand_dim
            "logsumexp", "matmul", "max", "mean", "min", "reshape", "softmax", "split", "squeeze",
            "stack", "sum", "swapaxes", "take", "transpose", "unstack"]
 __all__ += ["all", "any", "arange", "argmax", "argmin", "binary_cross_entropy_with_logits", "cumsum", "dot", "einsum", "flatten", "flip", "full", "full_like", "index_set", "isfinite", "isnan",
-            "kl_divergence", "layer_norm", "moveaxis", "mse", "nll", "norm", "one_hot", "ones", "ones_like", "outer",
+            "kl_divergence", "layer_norm", "moveaxis", "mse", "nll", "norm", "one_hot", "ones", "ones_like", "outer", "row_masked_matmul",
             "pad", "prod", "repeat", "roll", "round", "std", "take_along_axis", "tensordot", "tile",
             "var", "zeros", "zeros_like"]

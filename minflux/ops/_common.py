@@ -4,7 +4,23 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import is_array
+from ..schedule import operation
 from ..tensor import Tensor
+
+
+@operation
+def check_index_range(ids, size: int, error) -> None:
+    """Raise ``error(low, high)`` unless every element of integer array ``ids`` lies in ``[0, size)``.
+
+    >>> check_index_range(np.array([0, 3]), 3, lambda low, high: IndexError(f"{high} is too large"))
+    Traceback (most recent call last):
+    ...
+    IndexError: 3 is too large
+    """
+    if ids.size:
+        low, high = ids.min(), ids.max()
+        if low < 0 or high >= size:
+            raise error(low, high)
 
 
 def value_of(x):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import default_dtype, get_array_module
+from ..backend import as_array, default_dtype, get_array_module
 from ._common import value_of
 
 
@@ -141,7 +141,7 @@ def one_hot(indices, num_classes: int, dtype=None, axis: int = -1):
     """
     idx = value_of(indices)
     xp = get_array_module(idx, op="mf.one_hot")
-    idx = xp.asarray(idx)
+    idx = as_array(xp, idx)
     if idx.dtype.kind not in "iu":
         raise TypeError(f"mf.one_hot: indices must be integers, got dtype {idx.dtype}")
     if not isinstance(num_classes, (int, np.integer)) or num_classes <= 0:

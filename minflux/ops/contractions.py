@@ -10,7 +10,7 @@ from __future__ import annotations
 import string
 
 from ..autograd import record
-from ..backend import get_array_module
+from ..backend import as_array, get_array_module
 from ..pointwise.primitives import multiply
 from ._common import normalise_axis, value_of
 from .shapes import reshape
@@ -125,7 +125,7 @@ def einsum(subscripts: str, *operands, optimize=True):
         raise ValueError("mf.einsum needs at least one operand")
     values = [value_of(x) for x in operands]
     xp = get_array_module(*values, op="mf.einsum")
-    values = [xp.asarray(v) for v in values]
+    values = [as_array(xp, v) for v in values]
     shapes = [tuple(v.shape) for v in values]
     parts, output = _split_subscripts(subscripts, shapes)
     spec = ",".join(parts) + "->" + output
@@ -175,7 +175,7 @@ def tensordot(a, b, axes=2):
     """
     av, bv = value_of(a), value_of(b)
     xp = get_array_module(av, bv, op="mf.tensordot")
-    av, bv = xp.asarray(av), xp.asarray(bv)
+    av, bv = as_array(xp, av), as_array(xp, bv)
     sa, sb = tuple(av.shape), tuple(bv.shape)
     a_axes, b_axes = _tensordot_axes(axes, av.ndim, bv.ndim, sa, sb)
     out = xp.tensordot(av, bv, axes=(a_axes, b_axes))

@@ -6,14 +6,14 @@ gradient is zero, as for the ``floor``, ``ceil`` and ``trunc`` primitives.
 from __future__ import annotations
 
 from ..autograd import record
-from ..backend import get_array_module
+from ..backend import as_array, get_array_module
 from ._common import constant_result, normalise_axes, value_of
 
 
 def _values(x, op):
     v = value_of(x)
     xp = get_array_module(v, op=op)
-    return xp.asarray(v), xp
+    return as_array(xp, v), xp
 
 
 def isnan(x):

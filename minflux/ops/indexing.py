@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd import IndexedGrad, record
-from ..backend import get_array_module, is_array
+from ..backend import as_array, get_array_module, is_array
 from ..broadcasting import sum_to
 from ..tensor import Tensor
 from ._common import normalise_axis, value_of
@@ -17,7 +17,7 @@ def _plain_index(item, xp):
     if isinstance(item, Tensor):
         return item.value
     if isinstance(item, list):
-        return xp.asarray(item)
+        return as_array(xp, item)
     return item
 
 
@@ -80,7 +80,7 @@ def take(x, indices, axis: int | None = None):
     """
     v = value_of(x)
     xp = get_array_module(v, indices, op="mf.take")
-    idx = xp.asarray(value_of(indices))
+    idx = as_array(xp, value_of(indices))
     if idx.dtype.kind not in "iu":
         raise TypeError(f"mf.take: indices must be integers, got dtype {idx.dtype}")
     if axis is None:
@@ -112,7 +112,7 @@ def take_along_axis(x, indices, axis: int | None):
     """
     v = value_of(x)
     xp = get_array_module(v, indices, op="mf.take_along_axis")
-    idx = xp.asarray(value_of(indices))
+    idx = as_array(xp, value_of(indices))
     if idx.dtype.kind not in "iu":
         raise TypeError(f"mf.take_along_axis: indices must be integers, got dtype {idx.dtype}")
     if axis is None:

@@ -20,6 +20,7 @@ import threading
 
 import numpy as np
 
+from ..backend import is_numpy_array
 from ..compiler.compiled import get_elementwise_backend
 
 _HEADER = '''"""A minflux layer-norm row kernel ({name}, {float_type}). Do not edit."""
@@ -132,5 +133,5 @@ def usable(*arrays) -> bool:
     numpy float32/float64 array of one dtype, and the rows are not empty."""
     dtype = arrays[0].dtype
     return (get_elementwise_backend() == "numba" and arrays[0].ndim > 0 and arrays[0].shape[-1] > 0
-            and all(type(a) is np.ndarray and a.dtype == dtype and dtype in (np.float32, np.float64)
+            and all(is_numpy_array(a) and a.dtype == dtype and dtype in (np.float32, np.float64)
                     for a in arrays))

@@ -3,10 +3,12 @@ elementwise losses (mse, binary cross-entropy, KL divergence), which refuse argu
 (a silent broadcast would average over the wrong pairs)."""
 from __future__ import annotations
 
+import functools
+
 from ..autograd import record
-from ..backend import get_array_module, is_array
+from ..backend import as_array, get_array_module, is_array
 from ..tensor import Tensor
-from ._common import normalise_axis, value_of
+from ._common import check_index_range, normalise_axis, value_of
 from ..pointwise.primitives import greater, log, multiply, negative, softplus, subtract, where
 from .indexing import take_along_axis
 from .reductions import mean, stable_logsumexp, sum
@@ -58,7 +60,7 @@ def _class_targets(z, targets, axis, op: str, what: str):
     axis ``axis``; returns ``(xp, targets as an array, the non-negative axis)``."""
     t = value_of(targets)
     xp = get_array_module(z, t, op=op)
-    t = xp.asarray(t)
+    t = as_array(xp, t)
     shape = tuple(z.shape)
     if not shape:
         raise ValueError(f"{op}: {what} must have a class axis, got a scalar")
@@ -70,9 +72,13 @@ def _class_targets(z, targets, axis, op: str, what: str):
         raise ValueError(f"{op}: {what} of shape {shape} need targets of shape {expected} "
                          f"(the {what}' shape without axis {axis}), got {tuple(t.shape)}")
     classes = shape[axis]
-    if xp.__name__ == "numpy" and t.size and (t.min() < 0 or t.max() >= classes):
-        raise ValueError(f"{op}: targets must lie in [0, {classes}), got values from {t.min()} to {t.max()}")
+    if xp.__name__ == "numpy":
+        check_index_range(t, classes, functools.partial(_targets_outside, op, classes))
     return xp, t, axis
+
+
+def _targets_outside(op: str, classes: int, low, high) -> ValueError:
+    return ValueError(f"{op}: targets must lie in [0, {classes}), got values from {low} to {high}")
 
 
 def cross_entropy(logits, targets, reduction: str = "mean", axis: int = -1):
@@ -106,7 +112,9 @@ def cross_entropy(logits, targets, reduction: str = "mean", axis: int = -1):
         out = losses
 
     def vjp(g, needs):
-        probs = xp.ascontiguousarray(xp.exp(last - lse))
+        probs = xp.exp(last - lse)
+        if not probs.flags.c_contiguous:
+            probs = probs.copy()
         rows = probs.reshape(-1, classes)
         rows[xp.arange(rows.shape[0]), t.reshape(-1)] -= 1
         if reduction == "none":

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd import record
-from ..backend import get_array_module
+from ..backend import get_array_module, is_numpy_array
+from ..schedule import operation
 from ..broadcasting import sum_to
 from . import layer_norm_rows
 from ._common import value_of
@@ -50,7 +51,7 @@ def layer_norm(x, scale=None, shift=None, eps: float = 1e-5):
             out = out + bv
 
     def vjp(g, needs):
-        if compiled and type(g) is np.ndarray and g.dtype == dtype:
+        if compiled and is_numpy_array(g) and g.dtype == dtype:
             g_x, g_scale, g_shift = _backward_rows(g, normalised, reciprocal, sv)
         else:
             g_normalised = g if sv is None else g * sv
@@ -76,6 +77,7 @@ def _compiled_rows(v, sv, bv) -> bool:
     return layer_norm_rows.usable(v, *params) and all(p.shape == v.shape[-1:] for p in params)
 
 
+@operation
 def _forward_rows(v, sv, bv, eps):
     columns = v.shape[-1]
     x = np.ascontiguousarray(v).reshape(-1, columns)
@@ -87,6 +89,7 @@ def _forward_rows(v, sv, bv, eps):
     return out.reshape(v.shape), normalised, reciprocal
 
 
+@operation
 def _backward_rows(g, normalised, reciprocal, sv):
     shape, columns = g.shape, normalised.shape[1]
     g = np.ascontiguousarray(g).reshape(-1, columns)

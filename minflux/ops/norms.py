@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ..autograd import record
-from ..backend import get_array_module
+from ..backend import as_array, get_array_module
 from ..pointwise.primitives import abs as absolute
 from ._common import constant_result, keepdims_shape, normalise_axes, value_of
 from .reductions import max as reduce_max, min as reduce_min, sum as reduce_sum
@@ -113,7 +113,7 @@ def norm(x, ord=None, axis=None, keepdims: bool = False):
     """
     v = value_of(x)
     xp = get_array_module(v, op="mf.norm")
-    v = xp.asarray(v)
+    v = as_array(xp, v)
     shape = tuple(v.shape)
     if v.dtype.kind not in "fc":
         v = v.astype(float)

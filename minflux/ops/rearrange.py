@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ..autograd import record
-from ..backend import get_array_module, scatter_add
+from ..backend import as_array, get_array_module, scatter_add
 from ._common import normalise_axes, normalise_axis, value_of
 from .shapes import reshape
 
@@ -39,7 +39,7 @@ def pad(x, pad_width, mode: str = "constant", constant_values=0):
         raise ValueError(f"mf.pad: mode must be one of {_PAD_MODES}, got {mode!r}")
     v = value_of(x)
     xp = get_array_module(v, op="mf.pad")
-    v = xp.asarray(v)
+    v = as_array(xp, v)
     shape = tuple(v.shape)
     widths = _pad_widths(pad_width, v.ndim)
     if mode == "constant":
@@ -68,7 +68,7 @@ def tile(x, reps):
     """
     v = value_of(x)
     xp = get_array_module(v, op="mf.tile")
-    v = xp.asarray(v)
+    v = as_array(xp, v)
     reps = (reps,) if isinstance(reps, (int, np.integer)) else tuple(reps)
     shape = tuple(v.shape)
     ndim = max(len(shape), len(reps))
@@ -98,7 +98,7 @@ def repeat(x, repeats, axis: int | None = None):
         return repeat(reshape(x, (-1,)), repeats, axis=0)
     v = value_of(x)
     xp = get_array_module(v, op="mf.repeat")
-    v = xp.asarray(v)
+    v = as_array(xp, v)
     shape = tuple(v.shape)
     axis = normalise_axis(axis, v.ndim, "mf.repeat", shape)
     counts = np.asarray(repeats)
@@ -107,13 +107,13 @@ def repeat(x, repeats, axis: int | None = None):
     if counts.ndim == 1 and counts.size != shape[axis]:
         raise ValueError(f"mf.repeat: {counts.size} repeat counts for axis {axis} of length "
                          f"{shape[axis]}")
-    out = xp.repeat(v, xp.asarray(counts) if counts.ndim else int(counts), axis=axis)
+    out = xp.repeat(v, as_array(xp, counts) if counts.ndim else int(counts), axis=axis)
 
     def vjp(g, needs):
         if counts.ndim == 0:
             split = shape[:axis] + (shape[axis], int(counts)) + shape[axis + 1:]
             return [xp.sum(g.reshape(split), axis=axis + 1)]
-        rows = xp.asarray(np.repeat(np.arange(shape[axis]), counts))
+        rows = as_array(xp, np.repeat(np.arange(shape[axis]), counts))
         moved = xp.moveaxis(g, axis, 0)
         buffer = xp.zeros((shape[axis],) + moved.shape[1:], dtype=g.dtype)
         scatter_add(buffer, rows, moved)
@@ -132,7 +132,7 @@ def flip(x, axis=None):
     """
     v = value_of(x)
     xp = get_array_module(v, op="mf.flip")
-    v = xp.asarray(v)
+    v = as_array(xp, v)
     axes = normalise_axes(axis, v.ndim, "mf.flip", tuple(v.shape))
     return record("flip", xp.flip(v, axes), [x], lambda g, needs: [xp.flip(g, axes)])
 
@@ -147,7 +147,7 @@ def roll(x, shift, axis=None):
     """
     v = value_of(x)
     xp = get_array_module(v, op="mf.roll")
-    v = xp.asarray(v)
+    v = as_array(xp, v)
     if axis is not None:
         for a in (axis if isinstance(axis, (tuple, list)) else (axis,)):
             normalise_axis(a, v.ndim, "mf.roll", tuple(v.shape))
@@ -166,7 +166,7 @@ def moveaxis(x, source, destination):
     """
     v = value_of(x)
     xp = get_array_module(v, op="mf.moveaxis")
-    v = xp.asarray(v)
+    v = as_array(xp, v)
     src = source if isinstance(source, (tuple, list)) else (source,)
     dst = destination if isinstance(destination, (tuple, list)) else (destination,)
     if len(src) != len(dst):

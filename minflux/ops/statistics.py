@@ -9,14 +9,14 @@ from __future__ import annotations
 import math
 
 from ..autograd import record
-from ..backend import get_array_module
+from ..backend import as_array, get_array_module
 from ._common import constant_result, keepdims_shape, normalise_axes, normalise_axis, value_of
 
 
 def _setup(x, axis, op):
     v = value_of(x)
     xp = get_array_module(v, op=op)
-    v = xp.asarray(v)
+    v = as_array(xp, v)
     shape = tuple(v.shape)
     return v, xp, shape, normalise_axes(axis, len(shape), op, shape)
 
@@ -118,7 +118,7 @@ def cumsum(x, axis: int | None = None):
     """
     v = value_of(x)
     xp = get_array_module(v, op="mf.cumsum")
-    v = xp.asarray(v)
+    v = as_array(xp, v)
     shape = tuple(v.shape)
     if axis is None:
         out = xp.cumsum(v.reshape(-1))
@@ -133,7 +133,7 @@ def cumsum(x, axis: int | None = None):
 def _arg_extreme(x, axis, keepdims, name):
     v = value_of(x)
     xp = get_array_module(v, op=f"mf.{name}")
-    v = xp.asarray(v)
+    v = as_array(xp, v)
     if v.size == 0:
         raise ValueError(f"mf.{name}: an empty array of shape {tuple(v.shape)} has no {name[3:]}imum")
     if axis is not None:
@@ -141,7 +141,7 @@ def _arg_extreme(x, axis, keepdims, name):
     out = getattr(xp, name)(v, axis=axis)
     if keepdims:
         axes = normalise_axes(axis, v.ndim, name, tuple(v.shape))
-        out = xp.asarray(out).reshape(keepdims_shape(tuple(v.shape), axes))
+        out = as_array(xp, out).reshape(keepdims_shape(tuple(v.shape), axes))
     return constant_result(out, [x])
 
 

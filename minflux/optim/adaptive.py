@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..pointwise.functions import elementwise
 from ..pointwise.primitives import sign, sqrt
 
@@ -82,7 +84,8 @@ class AdaGrad(AccumulatorRule):
 
 @dataclass(frozen=True)
 class Adam(Rule):
-    """Adam (Kingma and Ba 2015) with bias correction; state ``(m, v, t)``.
+    """Adam (Kingma and Ba 2015) with bias correction; state ``(m, v, t)``, the step count ``t`` a
+    0-d integer array (it changes at every update, so a compiled step takes it as data).
 
     ``m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; x -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)``.
 
@@ -101,14 +104,23 @@ class Adam(Rule):
 
     def init(self, param):
         xp = xp_of(param)
-        return xp.zeros_like(param), xp.zeros_like(param), 0
+        return xp.zeros_like(param), xp.zeros_like(param), xp.zeros((), np.int64)
 
     def apply(self, state, param, grad):
         m, v, t = state
-        t += 1
+        t += 1  # in place: a 0-d array stays one (t + 1 would be a numpy scalar)
         delta, m_new, v_new = adam_step(grad, m, v, self.lr, self.beta1, self.beta2, self.eps,
-                                        1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t)
+                                        *self.corrections(t, grad.dtype))
         return (m_new, v_new, t), delta
+
+    def corrections(self, t, dtype):
+        """The bias corrections ``1 - beta1^t`` and ``1 - beta2^t`` for step count array ``t``, as
+        scalars of the gradients' ``dtype`` (the values a Python number of that dtype would take).
+
+        >>> Adam(beta1=0.5, beta2=0.75).corrections(np.array(2), np.float32)
+        (np.float32(0.75), np.float32(0.4375))
+        """
+        return (1.0 - self.beta1 ** t).astype(dtype), (1.0 - self.beta2 ** t).astype(dtype)
 
 
 @dataclass(frozen=True)
@@ -127,9 +139,9 @@ class AdamW(Adam):
 
     def apply(self, state, param, grad):
         m, v, t = state
-        t += 1
+        t += 1  # in place: a 0-d array stays one (t + 1 would be a numpy scalar)
         delta, m_new, v_new = adamw_step(grad, param, m, v, self.lr, self.beta1, self.beta2, self.eps,
-                                         1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t, self.decay)
+                                         *self.corrections(t, grad.dtype), self.decay)
         return (m_new, v_new, t), delta
 
 

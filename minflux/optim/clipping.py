@@ -9,6 +9,7 @@ import numpy as np
 
 from ..pointwise.functions import elementwise
 from ..pointwise.primitives import clip
+from ..schedule import operation
 from ..tree import map_arrays, named_leaves
 
 from .rule import GlobalRule, Rule, xp_of
@@ -118,19 +119,17 @@ class ClipNorm(GlobalRule):
     def apply_all(self, states, params, grads):
         xp = xp_of(*grads)
         total = _device_total(xp, grads)
-        if xp is np or self.throw:
-            norm = math.sqrt(float(total))  # the update's one read from the device
-            if self.throw and not math.isfinite(norm):
-                raise FloatingPointError(f"ClipNorm: the global gradient norm is {norm}; a NaN or "
-                                         "infinity reached the gradients")
-            factor = clip_factor(norm, self.max_norm) if math.isfinite(norm) else \
-                (0.0 if norm == math.inf else math.nan)
-            if factor == 1.0:
-                return list(states), list(grads)
-            if not math.isfinite(norm):
-                with np.errstate(invalid="ignore"):
-                    return list(states), [scale_by(g, factor) for g in grads]
-        else:
-            norm = xp.sqrt(total)
-            factor = xp.minimum(1.0, self.max_norm / xp.maximum(norm, 1e-30))
-        return list(states), [scale_by(g, factor) for g in grads]
+        if self.throw:
+            _raise_unless_finite(total)  # the update's one read from the device
+        # the factor as arrays: no read, and the same value as max_norm / norm in Python numbers
+        factor = xp.minimum(1.0, self.max_norm / xp.maximum(xp.sqrt(total), 1e-30))
+        with np.errstate(invalid="ignore"):
+            return list(states), [scale_by(g, factor.astype(g.dtype)) for g in grads]
+
+
+@operation
+def _raise_unless_finite(total) -> None:
+    norm = math.sqrt(float(total))
+    if not math.isfinite(norm):
+        raise FloatingPointError(f"ClipNorm: the global gradient norm is {norm}; a NaN or infinity "
+                                 "reached the gradients")

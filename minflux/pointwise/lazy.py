@@ -62,6 +62,7 @@ _settings = {
 _stats: Counter = Counter()
 _seen: Counter = Counter()
 _SEEN_LIMIT = 4096
+_changes = [0]   # sightings of structures not yet compiled: each may change a later decision
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -123,6 +124,16 @@ def fusion_stats(reset: bool = False) -> dict:
     if reset:
         _stats.clear()
     return out
+
+
+def fusion_changes() -> int:
+    """How many times fusion has seen a structure it has not compiled yet: while this grows, the
+    same code may fuse differently on its next call (`minflux.compile` records once it stops).
+
+    >>> fusion_changes() >= 0
+    True
+    """
+    return _changes[0]
 
 
 class Pending:
@@ -369,6 +380,7 @@ def _compute(tensor: Tensor, root: Pending) -> None:
         if len(_seen) > _SEEN_LIMIT:
             _seen.clear()
         _seen[structure] += 1
+        _changes[0] += 1
         if _seen[structure] < _settings["compile_after"]:
             _op_by_op(order, tensor)
             return

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..autograd import is_seed_broadcast, record
 from ..backend import get_array_module
+from ..schedule import operation
 from ..broadcasting import sum_to
 from ..tensor import Tensor, unwrap
 
@@ -35,12 +36,17 @@ def _may_be_nonfinite(x) -> bool:
     return True  # device data: asking would copy to the host; the guarded product is always right
 
 
-def _finite_seed(g) -> bool:
+def _finite_seed(g):
     """True when output gradient ``g`` is known finite: the seed (ones), or finite host data."""
-    return is_seed_broadcast(g) or not _may_be_nonfinite(g)
+    return True if is_seed_broadcast(g) else _all_finite(g)
 
 
-def _times(g, p, fresh: bool = False, g_finite: bool | None = None):
+@operation
+def _all_finite(x):
+    return np.bool_(not _may_be_nonfinite(x))
+
+
+def _times(g, p, fresh: bool = False, g_finite=None):
     """``g * p`` where a zero factor annihilates: ``0 * inf = 0 * nan = 0`` (see `compiler.rules`).
 
     Unless ``g`` is the seed, the plain product is checked instead of both factors (one check, not
@@ -52,7 +58,12 @@ def _times(g, p, fresh: bool = False, g_finite: bool | None = None):
         if p == 0:
             return get_array_module(g).zeros_like(g)
         return g * p
-    seed = is_seed_broadcast(g)
+    return _annihilating_product(g, p, fresh, is_seed_broadcast(g), g_finite)
+
+
+@operation
+def _annihilating_product(g, p, fresh: bool, seed: bool, g_finite):
+    """`_times` for an array partial: its checks look at the data, so they are one operation."""
     if fresh and getattr(p, "shape", None) == getattr(g, "shape", ()) and p.dtype == g.dtype:
         # p is a new array no one else holds: reuse it (the gradient of a sum needs no pass at all)
         if seed:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd import active_tape
-from ..backend import get_array_module
+from ..backend import as_array, get_array_module
 from ..compiler.dependence import differentiable_dependence
 from ..compiler.dtypes import kind_dtype
 from ..compiler.numpy_backend import ArrayOps, evaluate
@@ -60,9 +60,9 @@ def run_reverse(cf, args, arrays, kinds, float_dtype, shape):
         if tuple(np.shape(value)) != shape:
             dtype = kind_dtype(kind, float_dtype)
             out = apply_primitive_now("add", out, xp.zeros(shape, dtype)) if kind == "f" else \
-                xp.broadcast_to(xp.asarray(value, dtype), shape).copy()
+                xp.broadcast_to(as_array(xp, value, dtype), shape).copy()
         elif not isinstance(out, Tensor) and not hasattr(out, "shape"):
-            out = xp.asarray(out)
+            out = as_array(xp, out)
         result.append(out)
     wrt = [k for k, a in enumerate(args) if kinds[k] == "f" and isinstance(a, Tensor) and a._tape is tape]
     if tape is not None and wrt:

@@ -126,26 +126,28 @@ def test_gradients_against_finite_differences(cell_form, monkeypatch):
 def test_skipping_copy_rows_gives_the_dense_loss_gradients_and_state(monkeypatch):
     """Rows that COPY get no gate products (branch form); loss, every gradient, the new state and the
     boundaries equal the dense computation's, and the skipping path ran in the middle and top layers."""
-    import minflux_models.hmlstm as hmlstm
+    import minflux.ops.row_masking as rmm
 
     model = small_hmlstm(hidden_sizes=(4, 3, 3), cell_form="branch", slope=1.0)
     tokens = np.random.default_rng(5).integers(0, 7, size=(8, 6))
     state = model.initial_state(8)
     skipped_rows = []
-    skipping = hmlstm.HMLSTMLayer._skipping_copies
+    dense_product = rmm.product
 
-    def counting(layer, x, gate_weights, boundary_weights, copying):
-        skipped_rows.append((layer.has_boundary, int(copying.sum())))
-        return skipping(layer, x, gate_weights, boundary_weights, copying)
+    def counting(a, b):
+        if a.shape[0] < 8:
+            skipped_rows.append((b.shape[1], 8 - a.shape[0]))
+        return dense_product(a, b)
 
-    monkeypatch.setattr(hmlstm.HMLSTMLayer, "_skipping_copies", counting)
+    monkeypatch.setattr(rmm, "product", counting)
     results = {}
     for name, fraction in [("dense", 2.0), ("skipping", 0.0)]:
-        monkeypatch.setattr(hmlstm, "COPY_SKIP_FRACTION", fraction)
-        monkeypatch.setattr(hmlstm, "COPY_SKIP_MIN_WORK", 0)
+        monkeypatch.setattr(rmm, "SKIP_MIN_FRACTION", fraction)
+        monkeypatch.setattr(rmm, "SKIP_MIN_WORK", 0)
         value, (grads,) = mf.withgradient(lambda m: lm_loss(m, state, tokens, np.roll(tokens, -1, 1)), model)
         results[name] = (*value, grads)
-    assert {has_boundary for has_boundary, rows in skipped_rows if rows} == {True, False}
+    assert {columns for columns, rows in skipped_rows if rows} == {4 * 3}   # middle and top layers' gates
+    assert len(skipped_rows) > 2
     (loss0, state0, z0, g0), (loss1, state1, z1, g1) = results["dense"], results["skipping"]
     np.testing.assert_allclose(loss1, loss0, rtol=1e-13)
     np.testing.assert_array_equal(z1, z0)

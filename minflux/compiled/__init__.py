@@ -1,0 +1,5 @@
+"""`mf.compile`: functions of trees recorded once per guard key and replayed as straight-line code."""
+from .outputs import ReplayMismatch
+from .step import CompiledStep, compile
+
+__all__ = ["CompiledStep", "ReplayMismatch", "compile"]

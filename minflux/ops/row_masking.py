@@ -1,0 +1,78 @@
+"""A matrix product whose masked rows are zero in their leading columns, and skip that work.
+
+A recurrent cell whose rows sometimes ignore part of a product (the HM-LSTM's COPY rows never read
+their gates) can leave those rows out of it. Whether leaving them out pays depends on how many rows
+the mask drops at this step, a fact of the data; the decision is made inside one `operation`, so the
+same code runs eagerly and in a replay of `minflux.compile`, and Python never reads the mask.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..autograd import record
+from ..backend import get_array_module, is_numpy_array
+from ..matrix_product import matmul as product
+from ..product_gradient import ProductGradient
+from ..schedule import operation
+from ._common import value_of
+
+SKIP_MIN_FRACTION = 0.2
+"""The fraction of rows the mask must drop before their columns are left out of the product."""
+SKIP_MIN_WORK = 2**22
+"""The multiply-adds leaving the rows out must save (below it, gathering them costs more)."""
+
+
+def row_masked_matmul(x, w, keep, columns: int):
+    """``x @ w`` with the first ``columns`` columns zero in every row where ``keep`` is False.
+
+    ``x`` is ``(B, K)``, ``w`` is ``(K, N)`` and ``keep`` a boolean array of ``B`` elements. When the
+    dropped rows are many enough (`SKIP_MIN_FRACTION`, `SKIP_MIN_WORK`) their ``columns`` columns are
+    not computed at all; either way the value and the gradient are those of the masked product.
+
+    >>> import minflux as mf, numpy as np
+    >>> x, w = np.ones((3, 2)), np.ones((2, 3))
+    >>> mf.row_masked_matmul(x, w, np.array([True, False, True]), 2)
+    array([[2., 2., 2.],
+           [0., 0., 2.],
+           [2., 2., 2.]])
+    """
+    xv, wv, kv = value_of(x), value_of(w), value_of(keep)
+    get_array_module(xv, wv, kv, op="mf.row_masked_matmul")
+    if xv.ndim != 2 or wv.ndim != 2 or xv.shape[1] != wv.shape[0]:
+        raise ValueError(f"mf.row_masked_matmul: needs x (B, K) and w (K, N), got {xv.shape} and {wv.shape}")
+    if kv.dtype.kind != "b" or kv.size != xv.shape[0]:
+        raise ValueError(f"mf.row_masked_matmul: keep must be a boolean array of {xv.shape[0]} elements, got "
+                         f"{kv.dtype} of shape {kv.shape}")
+    if not 0 <= columns <= wv.shape[1]:
+        raise ValueError(f"mf.row_masked_matmul: columns must lie in [0, {wv.shape[1]}], got {columns}")
+    rows = kv.reshape(-1)
+    out = _forward(xv, wv, rows, columns)
+
+    def vjp(g, needs):
+        g = _masked(g, rows, columns)
+        return [product(g, wv.T) if needs[0] else None, ProductGradient(xv, g) if needs[1] else None]
+
+    return record("row_masked_matmul", out, [x, w], vjp)
+
+
+@operation
+def _forward(x, w, keep, columns: int):
+    dropped = x.shape[0] - int(np.count_nonzero(keep)) if is_numpy_array(keep) else 0
+    if dropped < SKIP_MIN_FRACTION * x.shape[0] or dropped * x.shape[1] * columns < SKIP_MIN_WORK:
+        out = product(x, w)
+        out[~keep, :columns] = 0
+        return out
+    active = np.flatnonzero(keep)
+    out = np.empty((x.shape[0], w.shape[1]), np.result_type(x, w))
+    out[:, :columns] = 0
+    out[active, :columns] = product(x[active], w[:, :columns])
+    out[:, columns:] = product(x, w[:, columns:])
+    return out
+
+
+def _masked(a, keep, columns: int):
+    """``a`` with the first ``columns`` columns zeroed in the rows ``keep`` drops (a new array)."""
+    xp = get_array_module(a)
+    mask = xp.concatenate([xp.broadcast_to(keep[:, None], (a.shape[0], columns)),
+                           xp.ones((a.shape[0], a.shape[1] - columns), bool)], axis=1)
+    return xp.where(mask, a, xp.zeros((), a.dtype))

@@ -1,0 +1,60 @@
+"""Operations: functions of arrays that a recording keeps as one step, decisions on the data included.
+
+A replay repeats the recorded calls, so a Python decision made on the values of the recording call
+(``if x.any():``, a row count read from a mask) would be frozen into it. Inside an operation such a
+decision is made again on every call: a recording sees the operation's call, never its insides,
+and its body runs on the real arrays. Compiled kernels, the matrix product and the tape's
+data-dependent shortcuts are operations. An operation must return arrays (or lists and tuples of
+arrays, or None) and must not write into arrays it did not receive or make.
+
+>>> import numpy as np, minflux as mf
+>>> @mf.operation
+... def clip_rows(x, limit):
+...     norms = np.sqrt((x * x).sum(axis=1, keepdims=True))
+...     return x if (norms <= limit).all() else x * np.minimum(1.0, limit / norms)
+>>> clip_rows(np.array([[3.0, 4.0]]), 1.0)
+array([[0.6, 0.8]])
+>>> step = mf.compile(lambda x: clip_rows(x, 1.0))
+>>> step(np.array([[0.3, 0.4]])), step(np.array([[6.0, 8.0]]))
+(array([[0.3, 0.4]]), array([[0.6, 0.8]]))
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+from .traced import Traced
+
+__all__ = ["operation"]
+
+
+def _recording_of(x):
+    cls = x.__class__
+    if cls is Traced:
+        return x._recording
+    if cls is tuple or cls is list:
+        for item in x:
+            found = _recording_of(item)
+            if found is not None:
+                return found
+    elif cls is dict:
+        return _recording_of(list(x.values()))
+    return None
+
+
+def operation(fn: Callable) -> Callable:
+    """``fn`` as one step of a recorded schedule (see the module docstring); unchanged otherwise.
+
+    >>> import numpy as np
+    >>> operation(np.negative)(np.ones(1))
+    array([-1.])
+    """
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        recording = _recording_of(args) or _recording_of(kwargs)
+        if recording is None:
+            return fn(*args, **kwargs)
+        return recording.call(fn, args, kwargs)
+
+    run.__wrapped_operation__ = fn
+    return run

@@ -1,0 +1,189 @@
+"""A recording: the array operations one call of a function performed, in order, as replayable steps.
+
+While `minflux.compile` records, the arrays the function receives are `Traced` stand-ins. Every numpy
+operation on them (a ufunc, a numpy function, an array method, indexing) runs at once on the real
+arrays and appends one step: the callable, its arguments with each traced array replaced by a `Ref`
+to its slot, and where its results go. Anything that would let the data steer Python -- ``bool``,
+``float``, ``int``, ``.item()``, ``np.asarray`` -- raises `NotReplayable`, naming the line, because
+a replay could not follow a decision made on the values of the recording call.
+
+>>> import numpy as np
+>>> rec = Recording("double")
+>>> x = rec.input(np.arange(3.0))
+>>> y = x * 2.0
+>>> [step.fn.__name__ for step in rec.steps], y.shape
+(['multiply'], (3,))
+"""
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NUMPY = os.path.dirname(os.path.abspath(np.__file__))
+
+
+class NotReplayable(RuntimeError):
+    """A function being recorded by `minflux.compile` did something a replay could not repeat.
+
+    >>> import minflux as mf
+    >>> issubclass(mf.NotReplayable, RuntimeError)
+    True
+    """
+
+
+class Ref(NamedTuple):
+    """A step's argument or result that is the array in slot ``slot`` of the recording."""
+
+    slot: int
+
+
+class Step(NamedTuple):
+    """One recorded operation: ``out = fn(*args, **kwargs)`` under numpy error state ``errstate``.
+
+    ``args`` and ``kwargs`` hold `Ref` in place of traced arrays (inside lists, tuples and dicts too);
+    ``out`` mirrors the result the same way, with None where it holds no array.
+    """
+
+    fn: Callable
+    args: tuple
+    kwargs: dict
+    out: Any
+    errstate: tuple
+
+
+def user_line() -> str:
+    """``"file.py:12 (source)"`` for the innermost frame outside minflux and numpy."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith((_PACKAGE, _NUMPY)) and not path.startswith("<frozen"):
+            break
+        frame = frame.f_back
+    if frame is None:
+        return "an unknown line"
+    import linecache
+
+    source = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    where = f"{os.path.relpath(frame.f_code.co_filename)}:{frame.f_lineno}"
+    return f"{where} (`{source}`)" if source else where
+
+
+class Recording:
+    """The steps, slots and constants of one recording (see the module docstring).
+
+    >>> import numpy as np
+    >>> rec = Recording("f")
+    >>> x = rec.input(np.ones(2))
+    >>> rec.close(); x + 1
+    Traceback (most recent call last):
+    ...
+    minflux.schedule.recorder.NotReplayable: an array recorded by mf.compile(f) was used after its recording ended (kept in a global, a closure or an attribute?); use the arrays the compiled function returns
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        self.steps: list[Step] = []
+        self.slots = 0
+        self.n_inputs = 0
+        self.closed = False
+        self._by_id: dict[int, weakref.ref] = {}   # id(real array) -> its Traced, while both live
+
+    # -- slots --------------------------------------------------------------------------------
+    def input(self, value) -> "Traced":
+        """A traced stand-in for an argument of the recorded call (a new slot, before any step)."""
+        if self.steps or self.n_inputs != self.slots:
+            raise RuntimeError("internal error: recording inputs come before every step")
+        self.n_inputs += 1
+        if isinstance(value, np.random.Generator):
+            t = TracedGenerator(value, self.slots, self)
+            self.slots += 1
+            return t
+        return self._new(value)
+
+    def _new(self, value, dynamic: bool = False) -> "Traced":
+        t = Traced(value, self.slots, self, dynamic)
+        self.slots += 1
+        self._by_id[id(value)] = weakref.ref(t)
+        return t
+
+    def close(self) -> None:
+        """End the recording: its traced arrays refuse every further use."""
+        self.closed = True
+        self._by_id.clear()
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise NotReplayable(
+                f"an array recorded by mf.compile({self.name}) was used after its recording ended (kept "
+                "in a global, a closure or an attribute?); use the arrays the compiled function returns")
+
+    # -- steps --------------------------------------------------------------------------------
+    def call(self, fn: Callable, args: tuple, kwargs: dict, dynamic: bool = False):
+        """Run ``fn`` on the real arrays behind ``args``/``kwargs`` and record it as one step.
+
+        ``dynamic`` says the result's shape depends on the data (its shape must not steer Python).
+        """
+        self.check_open()
+        found: list = []
+        raw_args, ref_args = self._unwrap(args, found)
+        raw_kwargs, ref_kwargs = self._unwrap(kwargs, found)
+        dynamic = dynamic or any(t._dynamic for t in found)
+        result = fn(*raw_args, **raw_kwargs)
+        wrapped, out = self.adopt(result, dynamic, fn)
+        self.steps.append(Step(fn, ref_args, ref_kwargs, out, tuple(sorted(np.geterr().items()))))
+        return wrapped
+
+    def _unwrap(self, x, found: list):
+        """(the real values, the same structure with `Ref`s) for a step's arguments."""
+        cls = x.__class__
+        if cls is Traced or cls is TracedGenerator:
+            if x._recording is not self:
+                if x._recording.closed:
+                    x._recording.check_open()
+                raise NotReplayable(f"mf.compile({self.name}) got an array traced by another recording")
+            found.append(x)
+            return x._value, Ref(x._slot)
+        if cls is tuple or cls is list:
+            pairs = [self._unwrap(item, found) for item in x]
+            return cls(p[0] for p in pairs), cls(p[1] for p in pairs)
+        if cls is dict:
+            pairs = {k: self._unwrap(v, found) for k, v in x.items()}
+            return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
+        if cls is slice and any(type(v) is Traced for v in (x.start, x.stop, x.step)):
+            raise self.refuse("uses an array's value as a slice bound")
+        return x, x
+
+    def adopt(self, result, dynamic: bool = False, fn: Callable | None = None):
+        """(the result with each real array wrapped, the same structure with `Ref`s and None)."""
+        if isinstance(result, (np.ndarray, np.generic)):
+            ref = self._by_id.get(id(result))
+            known = ref() if ref is not None else None
+            if known is not None and known._value is result:
+                return known, Ref(known._slot)
+            t = self._new(result, dynamic)
+            return t, Ref(t._slot)
+        if result.__class__ in (tuple, list):
+            pairs = [self.adopt(r, dynamic, fn) for r in result]
+            return result.__class__(p[0] for p in pairs), result.__class__(p[1] for p in pairs)
+        if result is None or isinstance(result, (np.dtype, type)):
+            return result, None
+        name = getattr(fn, "__name__", repr(fn))
+        raise self.refuse(f"gets a {type(result).__name__} from {name} (a value computed from the data "
+                          "that Python would then act on)")
+
+    def refuse(self, what: str) -> NotReplayable:
+        """The error for something a replay could not repeat, naming the user's line."""
+        return NotReplayable(
+            f"mf.compile({self.name}): {user_line()} {what} while the function is being recorded, so "
+            "a replay could not follow the data of later calls. Keep the decision inside an operation "
+            "(mf.where, an elementwise function with an `if`, or a function decorated with "
+            "@mf.operation), pass values that change as array arguments, or use "
+            f"mf.compile({self.name}, fallback='eager') to run this function eagerly.")
+
+
+from .traced import Traced, TracedGenerator  # noqa: E402  (Traced needs Recording's module for its errors)

@@ -164,7 +164,8 @@ class HMLSTM(mf.nn.Module):
     """The HM-LSTM character language model: embedding, ``L`` HM-LSTM layers, gated output module.
 
     ``model(tokens, state)`` takes ``(B, T)`` integer tokens and the state from `initial_state` (or
-    the previous segment) and returns ``(logits (B, T, V), new_state, boundaries (B, T, L-1))``.
+    the previous segment) and returns ``(logits (B, T, V), new_state, boundaries (B, T, L-1))``;
+    ``model(tokens, state, slope=a)`` uses slope ``a`` (a number or a 0-d array) instead of ``slope``.
     ``slope`` is the hard sigmoid's slope ``a`` of the straight-through estimator (anneal it with
     `models.annealed_slope`); ``cell_form`` picks the cell update: ``"blend"`` (the default) is the
     paper's equations multiplied out, so the straight-through gradient reaches ``z`` through the choice
@@ -218,7 +219,8 @@ class HMLSTM(mf.nn.Module):
         return [{"c": xp.zeros((batch_size, layer.hidden), dtype), "h": xp.zeros((batch_size, layer.hidden), dtype),
                  "z": xp.zeros((batch_size, 1), dtype)} for layer in self.layers]
 
-    def __call__(self, tokens, state: list[dict]):
+    def __call__(self, tokens, state: list[dict], slope=None):
+        slope = self.slope if slope is None else slope
         cell = CELL_FORMS[self.cell_form]
         embedded = self.embed(tokens)
         bottom = self.layers[0]
@@ -238,7 +240,7 @@ class HMLSTM(mf.nn.Module):
                 c, h, z = states[l]
                 h_above = states[l + 1][1] if l + 1 < len(self.layers) else None
                 below = bottom_up0 if l == 0 else h_below
-                c, h, z = layer.step(c, h, z, h_above, below, z_below, self.slope, cell, self.mode,
+                c, h, z = layer.step(c, h, z, h_above, below, z_below, slope, cell, self.mode,
                                      bottom=l == 0, stacked=stacked[l])
                 new_states.append((c, h, z))
                 hidden_steps[l].append(h)

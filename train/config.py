@@ -135,6 +135,9 @@ class TrainConfig:
                                  "is not a terminal")
     slope_annealing: bool = setting(True, "anneal the HM-LSTM boundary slope, `a = min(5, 1 + 0.04 * epoch)`")
     seed: int = setting(0, "seed of the random generators (parameter initialisation, the final sample)")
+    compile: bool = setting(True, "replay each step as a recorded schedule (`mf.compile`): the eager "
+                            "step's numbers to the last bit without Python per operation; false runs "
+                            "the step eagerly")
     device: str = choice("auto", "cpu", "gpu", "auto", doc="where to train; auto: the GPU when CuPy finds one")
 
 

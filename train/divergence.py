@@ -45,9 +45,14 @@ def _first_rule(rule):
     return rule.rules[0] if isinstance(rule, mf.optim.OptimiserChain) and rule.rules else rule
 
 
-def _norm_checks_finiteness(opt_state) -> bool:
+def norm_checks_finiteness(opt_state) -> bool:
     """Whether every parameter's update starts with ``ClipNorm(throw=True)`` (so the norm it reads
-    raises for any NaN or infinite gradient element, before anything changes)."""
+    raises for any NaN or infinite gradient element, before anything changes).
+
+    >>> norm_checks_finiteness(mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0, throw=True),
+    ...                                                      mf.optim.Adam()), {"w": np.zeros(1)}))
+    True
+    """
     leaves = [leaf for _, leaf in mf.optim.named_state_leaves(opt_state)]
     firsts = [_first_rule(leaf.rule) for leaf in leaves]
     return bool(leaves) and all(not leaf.frozen and isinstance(first, mf.optim.ClipNorm) and first.throw
@@ -70,7 +75,7 @@ def update_if_finite(opt_state, model, grads) -> str | None:
     >>> update_if_finite(state, model, {"w": np.array([3.0, 4.0])}), model["w"]
     (None, array([-0.6, -0.8]))
     """
-    if not _norm_checks_finiteness(opt_state):
+    if not norm_checks_finiteness(opt_state):
         bad = nonfinite_leaves(grads)
         if bad:
             return describe_nonfinite(bad)

@@ -51,6 +51,7 @@ from .progress import FILE_ONLY, progress_bar, progress_line
 from .resume import check_resumable
 from .runs import RunDir, RunError, batches, build_model, corpus_for, pick_device, split_tokens
 from .sample import check_prime, generate
+from .step import loss_and_gradients, slope_as_data, training_step, why_not_finite
 from .stopping import Budget
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,13 @@ def optimiser(cfg: OptimConfig, lr: float | None = None) -> mf.optim.Rule:
     return mf.optim.chain(*clip, mf.optim.Adam(lr=cfg.lr if lr is None else lr))
 
 
+def _rates(boundaries):
+    """Each boundary detector's firing rate in a window, or None for a model without detectors."""
+    if boundaries is None or not boundaries.shape[-1]:
+        return None
+    return np.array(boundary_rates(boundaries))
+
+
 class Trainer:
     """One run: builds data, model and optimiser from ``cfg`` and trains into ``run``.
 
@@ -152,6 +160,7 @@ class Trainer:
         self.model = self.parallel.same_everywhere(
             mf.to_device(build_model(cfg.model, len(self.vocab), self.rng), self.device))
         self.opt_state = mf.optim.setup(optimiser(cfg.optim), self.model)
+        self.step = self._new_step()
         self.schedule = mf.optim.ReduceOnPlateau(lr=cfg.optim.lr, factor=1.0 / cfg.optim.plateau_factor,
                                                  patience=cfg.optim.plateau_patience,
                                                  lr_min=cfg.optim.min_lr)
@@ -259,20 +268,27 @@ class Trainer:
             f"parameters were not updated and {where}. Try a smaller learning rate "
             f"(--set optim.lr=...) or gradient clipping (--set optim.clip_norm=1.0).")
 
+    def _new_step(self):
+        """`train.step.training_step`, compiled unless ``train.compile = false``; a model whose step
+        cannot be replayed (it reads its data on the host) trains eagerly after one warning."""
+        return mf.compile(training_step, fallback="eager") if self.cfg.train.compile else training_step
+
     def train_step(self, window):
+        """One step (`train.step`): compiled or eager in one process; over MPI ranks the gradients are
+        averaged between the backward pass and the update, so there the step runs eagerly."""
         inputs, targets = mf.to_device((window.inputs, window.targets), self.device)
-        state = self.state
-
-        def loss_of(model):
-            logits, new_state, boundaries = model(inputs, state)
-            return mf.cross_entropy(logits, targets), new_state, boundaries
-
-        with mf.fusion(compile_after=1):  # every step fused alike, whatever ran before: exact resume
-            (loss, new_state, boundaries), (grads,) = mf.withgradient(loss_of, self.model)
-        rates = None
-        if boundaries is not None and boundaries.shape[-1]:
-            rates = np.array(boundary_rates(boundaries))
-        loss, grads, rates = self.parallel.average(float(mf.to_numpy(loss)), grads, rates)
+        with slope_as_data(self.model) as slope:
+            if self.parallel.size == 1:
+                try:
+                    loss, self.state, boundaries = self.step(self.model, self.opt_state, self.state, inputs,
+                                                             targets, slope)
+                except FloatingPointError:
+                    why = why_not_finite(self.model, self.state, inputs, targets, slope)
+                    raise self._diverged(why) from None
+                return float(mf.to_numpy(loss)), _rates(boundaries)
+            (loss, new_state, boundaries), grads = loss_and_gradients(self.model, self.state, inputs, targets,
+                                                                      slope)
+        loss, grads, rates = self.parallel.average(float(mf.to_numpy(loss)), grads, _rates(boundaries))
         if not math.isfinite(loss):
             raise self._diverged(f"the loss is {loss}")
         problem = update_if_finite(self.opt_state, self.model, grads)
@@ -298,6 +314,7 @@ class Trainer:
         log.info("step %d: validation %s%s", p.step, result, " (best so far)" if improved else "")
         if lr != old_lr:
             mf.optim.adjust(self.opt_state, lr=lr)
+            self.step = self._new_step()  # the old schedules hold the old rate: none is used again
             self.metrics.write("lr", step=p.step, lr=lr, previous=old_lr)
             log.info("validation did not improve: learning rate %.3g -> %.3g", old_lr, lr)
         if improved:

@@ -7,7 +7,8 @@ import minflux_train.runs
 
 
 class TinyLM:
-    """A one-layer tanh RNN language model: ``model(tokens, state) -> (logits, state, boundaries)``.
+    """A one-layer tanh RNN language model: ``model(tokens, state, slope=None) -> (logits, state,
+    boundaries)``.
 
     Its "boundary" is whether the first hidden unit is positive, so boundary plumbing is exercised, and
     its pre-activations are scaled by ``slope``, so slope annealing changes what it computes.
@@ -26,15 +27,16 @@ class TinyLM:
     def initial_state(self, batch_size):
         return [{"h": np.zeros((batch_size, self.W.shape[0]), self.W.dtype)}]
 
-    def __call__(self, tokens, state):
+    def __call__(self, tokens, state, slope=None):
+        slope = self.slope if slope is None else slope
         h = state[0]["h"]
         steps = []
         for x in mf.unstack(mf.take(self.E, tokens, axis=0), axis=1):
-            h = mf.tanh((x + mf.matmul(h, self.W)) * self.slope)
+            h = mf.tanh((x + mf.matmul(h, self.W)) * slope)
             steps.append(h)
         hs = mf.stack(steps, axis=1)
         logits = mf.matmul(hs, self.O) + self.b
-        z = (mf.to_numpy(getattr(hs, "value", hs))[..., :1] > 0).astype(self.W.dtype)
+        z = (getattr(hs, "value", hs)[..., :1] > 0).astype(self.W.dtype)
         return logits, [{"h": h}], z
 
 

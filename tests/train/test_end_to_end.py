@@ -2,6 +2,7 @@
 interrupt it mid-epoch and resume it bit-identically, then evaluate, sample and draw its boundaries;
 the LSTM baseline trains through the same loop. Time here is numba compiling the models' kernels on
 a cold cache, not training: the runs are a few steps of a few characters."""
+import json
 import os
 import signal
 
@@ -103,3 +104,28 @@ def test_hmlstm_nan_stops_the_run_and_leaves_the_last_checkpoint(cfg, tmp_path, 
     saved.restore()
     assert saved.position.step == 4
     assert all(np.isfinite(a).all() for _, a in mf.tree.named_leaves(saved.model))
+
+
+@pytest.mark.parametrize("form", ["branch", "blend"])
+def test_the_compiled_step_trains_to_the_eager_steps_numbers_to_the_bit(cfg, tmp_path, short_corpus, form):
+    """``train.compile = true`` (the default) and ``false`` give the same parameters, optimiser state,
+    losses and validations, across epoch boundaries (state reset, slope annealed) and a checkpoint."""
+    common = TINY + short_corpus + ["model.kind=hmlstm", f"model.cell_form={form}", "model.layer_norm=true"]
+    runs = {}
+    for compiled in (True, False):
+        config = load_config(cfg, common + [f"train.compile={str(compiled).lower()}"])
+        runs[compiled] = train(config, RunDir(tmp_path / str(compiled)))
+        runs[compiled] = (runs[compiled], *final_parameters(config, tmp_path / str(compiled)))
+    (a, ta, pa), (b, tb, pb) = runs[True], runs[False]
+    assert a.position == b.position and a.position.epoch == 2
+    assert pa.keys() == pb.keys() and all(pa[k].tobytes() == pb[k].tobytes() for k in pa)
+    states = [[s.tobytes() for _, leaf in mf.optim.named_state_leaves(t.opt_state)
+               for s in mf.tree.leaves(leaf.state, False)] for t in (ta, tb)]
+    assert states[0] == states[1]
+    assert a.valid.bpc == b.valid.bpc and a.sample == b.sample
+    def numbers(compiled):
+        records = [json.loads(line) for line in RunDir(tmp_path / str(compiled)).metrics.read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k not in ("chars_per_s", "seconds")} for r in records
+                if r["kind"] in ("train", "valid")]
+
+    assert numbers(True) == numbers(False) and len(numbers(True)) >= 8

@@ -103,14 +103,20 @@ def test_hard_kill_then_resume_recomputes_the_lost_steps_identically(cfg, tmp_pa
 def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(cfg, tmp_path, tiny_model,
                                                                               monkeypatch, capsys):
     real_call = tiny_model.__call__
-    calls = {"n": 0}
+    poison = np.ones((), np.float32)   # data the step reads, so a compiled step sees it change too
 
-    def poisoned(self, tokens, state):
-        logits, state, z = real_call(self, tokens, state)
-        calls["n"] += 1
-        return (logits * float("nan") if calls["n"] == 8 else logits), state, z
+    def poisoned(self, tokens, state, slope=None):
+        logits, state, z = real_call(self, tokens, state, slope)
+        return logits * poison, state, z
 
     monkeypatch.setattr(tiny_model, "__call__", poisoned)
+    real_step = Trainer.train_step
+
+    def at_step_8(self, window):
+        poison[...] = np.nan if self.position.step == 7 else 1.0
+        return real_step(self, window)
+
+    monkeypatch.setattr(Trainer, "train_step", at_step_8)
     out = tmp_path / "run"
     seen = {}
     real_save = Trainer.save
@@ -200,25 +206,25 @@ def test_a_detector_that_fires_sometimes_is_not_reported(cfg, tmp_path, tiny_mod
     assert "boundary detector" not in capsys.readouterr().err + RunDir(out).log.read_text()
 
 
-@pytest.mark.parametrize("clip_norm, checks", [(1.0, 0), (0.0, 4)])
+@pytest.mark.parametrize("clip_norm, checked", [(1.0, 0), (0.0, 4)])
 def test_finite_gradients_are_checked_by_the_clipping_norm_alone(cfg, tmp_path, tiny_model, monkeypatch,
-                                                                clip_norm, checks):
-    """With clipping, the norm ClipNorm reads answers whether every gradient is finite: no second
-    pass over the gradients (and no second read from the device) per step."""
-    from minflux_train import divergence, loop
+                                                                clip_norm, checked):
+    """With clipping, the norm ClipNorm reads answers whether every gradient is finite: the step's own
+    check reads only the loss (no second pass over the gradients); without it, all four gradients."""
+    from minflux_train import step
 
-    calls = []
-    real = divergence.nonfinite_leaves
+    seen = []
+    real = step._raise_unless_finite.__wrapped_operation__
 
-    def counted(grads):
-        calls.append(1)
-        return real(grads)
+    @mf.operation
+    def counted(loss, grads):
+        seen.append(len(grads))
+        return real(loss, grads)
 
-    monkeypatch.setattr(divergence, "nonfinite_leaves", counted)
-    monkeypatch.setattr(loop, "nonfinite_leaves", counted, raising=False)
+    monkeypatch.setattr(step, "_raise_unless_finite", counted)
     config = load_config(cfg, ["train.max_steps=4", f"optim.clip_norm={clip_norm}"])
     outcome = train(config, RunDir(tmp_path / "run"))
-    assert outcome.position.step == 4 and len(calls) == checks
+    assert outcome.position.step == 4 and seen and set(seen) == {checked}
 
 
 def test_an_overflowing_norm_of_finite_gradients_is_named_as_such():

@@ -1,0 +1,120 @@
+"""Recording array operations and replaying them: values against numpy, and every refusal."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minflux as mf
+from minflux.schedule import NotReplayable, Recording, Replay
+
+
+def replayed(fn, *arrays):
+    """``fn`` recorded on ``arrays`` and replayed on fresh ones; returns (recorded, replayed, source)."""
+    rec = Recording("f")
+    traced = [rec.input(a.copy()) for a in arrays]
+    out = fn(*traced)
+    outs = list(out) if isinstance(out, tuple) else [out]
+    recorded = [o._value for o in outs]
+    replay = Replay(rec, [o._slot for o in outs])
+    rec.close()
+    return recorded, replay([a.copy() for a in arrays]), replay.source
+
+
+def operations(x, w, i):
+    y = np.tanh(x @ w) * 2.0 + 1.0
+    y[:, 0] = -y[:, 1]                          # a write into a recorded array
+    y += x[:, :1]                               # in place
+    z = np.concatenate([y, y.T[:2].T], axis=1).reshape(-1)
+    return z.sum(), np.maximum(y, 0.5).mean(axis=0), y[i], np.where(y > 1.0, y, 0.0)
+
+
+def test_a_replay_computes_what_numpy_computes_on_new_data():
+    rng = np.random.default_rng(0)
+    x, w, i = rng.normal(size=(5, 3)), rng.normal(size=(3, 4)), np.array([4, 0, 0])
+    _, first, _ = replayed(operations, x, w, i)
+    x2, w2, i2 = rng.normal(size=(5, 3)), rng.normal(size=(3, 4)), np.array([1, 2, 3])
+    rec = Recording("f")
+    traced = [rec.input(a) for a in (x, w, i)]
+    outs = operations(*traced)
+    replay = Replay(rec, [o._slot for o in outs])
+    for got, expected in zip(replay([x2, w2, i2]), operations(x2.copy(), w2.copy(), i2)):
+        np.testing.assert_array_equal(got, expected)
+    for got, expected in zip(first, operations(x.copy(), w.copy(), i)):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_slots_are_freed_after_their_last_use_and_unused_results_at_once():
+    def f(x):
+        np.sin(x)                         # never used
+        return np.exp(np.exp(x)) + 1.0
+
+    _, _, source = replayed(f, np.ones(3))
+    lines = [line.strip() for line in source.splitlines()]
+    assert lines[lines.index("v1 = f[0](v0)") + 1] == "del v1"
+    assert lines[lines.index("v2 = f[1](v0)") + 1] == "del v0"
+    assert source.count("del ") == 4      # the sine, x, and each exp after its one use
+
+
+@pytest.mark.parametrize("read, how", [(bool, "bool"), (float, "float"), (int, "int"),
+                                       (lambda t: t.item(), ".item()"), (np.asarray, "converts an array"),
+                                       (lambda t: t.ctypes, ".ctypes"), (lambda t: range(t), "as an index"),
+                                       (lambda t: f"{t}", "format")])
+def test_every_host_read_is_refused_with_the_line(read, how):
+    rec = Recording("step")
+    t = rec.input(np.ones(()))
+    with pytest.raises(NotReplayable) as error:
+        read(t)
+    message = str(error.value)
+    assert how in message and "test_schedule.py" in message and "mf.compile(step)" in message
+
+
+def test_a_shape_that_depends_on_the_data_cannot_steer_python():
+    rec = Recording("f")
+    t = rec.input(np.array([0.0, 1.0, 2.0]))
+    picked = t[t > 0.5]
+    doubled = picked * 2                    # operations on it are fine
+    with pytest.raises(NotReplayable, match="depends on the data"):
+        doubled.shape
+    with pytest.raises(NotReplayable, match="depends on the data"):
+        len(np.flatnonzero(t))
+
+
+def test_writing_into_an_array_the_recording_does_not_follow_is_refused():
+    rec = Recording("f")
+    t = rec.input(np.ones(3))
+    with pytest.raises(NotReplayable, match="does not follow"):
+        np.add(t, 1.0, out=np.empty(3))
+
+
+def test_a_recorded_array_kept_past_its_recording_is_refused():
+    rec = Recording("f")
+    t = rec.input(np.ones(3))
+    rec.close()
+    with pytest.raises(NotReplayable, match="after its recording ended"):
+        t + 1
+
+
+def test_an_operation_decides_on_the_data_again_at_every_replay():
+    calls = []
+
+    @mf.operation
+    def normalise_if_large(x):
+        calls.append(1)
+        total = float(np.abs(x).sum())
+        return x / total if total > 1.0 else x
+
+    rec = Recording("f")
+    out = normalise_if_large(rec.input(np.array([0.25, 0.25])))
+    replay = Replay(rec, [out._slot])
+    np.testing.assert_array_equal(replay([np.array([0.25, 0.25])])[0], [0.25, 0.25])
+    np.testing.assert_array_equal(replay([np.array([3.0, 1.0])])[0], [0.75, 0.25])
+    assert len(calls) == 3
+
+
+def test_an_operation_returning_a_python_number_is_refused():
+    @mf.operation
+    def largest(x):
+        return float(x.max())
+
+    with pytest.raises(NotReplayable, match="gets a float from largest"):
+        largest(Recording("f").input(np.ones(2)))

@@ -17,7 +17,7 @@ medians over every round's steps. In the one-core setting a process whose CPU ti
 time by more than 5% is marked invalid.
 
     python benchmarks/hmlstm_step.py [--sizes small,default,ptb] [--rounds 3] [--steps 3]
-        [--impls auto,torch,jax] [--layer-norm off,on] [--settings one,all]
+        [--impls auto,compiled,torch,jax] [--layer-norm off,on] [--settings one,all]
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ LR = 0.002
 def build_model(size, layer_norm, mode="mixed"):
     import numpy as np
 
-    from models import HMLSTM
+    from minflux_models import HMLSTM
 
     return HMLSTM(VOCAB, embed_size=size["embed"], hidden_sizes=(size["hidden"],) * size["layers"],
                   output_embed_size=size["output_embed"], layer_norm=layer_norm,
@@ -64,23 +64,46 @@ def batch(size):
     return tokens[:, :-1], tokens[:, 1:]
 
 
-def minflux_step(size, layer_norm, mode):
+def training_step(model, opt, x, y, state):
     import minflux as mf
-    from models.boundaries import operations
-
-    model = build_model(size, layer_norm, mode)
-    opt = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0), mf.optim.Adam(LR)), model)
-    x, y = batch(size)
-    state = model.initial_state(size["batch"])
 
     def loss_fn(m):
         logits, _, boundaries = m(x, state)
         return mf.cross_entropy(mf.reshape(logits, (-1, VOCAB)), y.reshape(-1)), boundaries
 
+    (_, boundaries), (grads,) = mf.withgradient(loss_fn, model)
+    mf.optim.update(opt, model, grads)
+    return boundaries
+
+
+def minflux_step(size, layer_norm, mode, compiled=False):
+    """One minflux step; ``compiled``: the same function through `mf.compile` (recorded in the
+    first step, replayed in the timed ones)."""
+    import minflux as mf
+    from minflux_models.boundaries import operations
+
+    model = build_model(size, layer_norm, mode)
+    opt = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0), mf.optim.Adam(LR)), model)
+    x, y = batch(size)
+    state = model.initial_state(size["batch"])
+    run = mf.compile(training_step) if compiled else training_step
+
     def step():
-        (_, boundaries), (grads,) = mf.withgradient(loss_fn, model)
-        mf.optim.update(opt, model, grads)
-        step.boundaries = boundaries
+        step.boundaries = run(model, opt, x, y, state)
+
+    def settle() -> float | None:
+        """Step until a replay ran (fusion decides in the first calls); the seconds of the call that
+        made the kept recording, or None when it was an earlier one."""
+        seconds = None
+        while run.replays == 0:
+            before, start = run.recordings, time.perf_counter()
+            step()
+            if run.recordings > before:
+                seconds = time.perf_counter() - start
+        return seconds
+
+    if compiled:
+        step.settle = settle
 
     def copy_fraction() -> float:
         """The share of COPY operations in the layers above the first (zero initial z)."""
@@ -123,10 +146,12 @@ BUILDERS = {
     "auto": lambda size, ln: minflux_step(size, ln, "auto"),
     "mixed": lambda size, ln: minflux_step(size, ln, "mixed"),
     "reverse": lambda size, ln: minflux_step(size, ln, "reverse"),
+    "compiled": lambda size, ln: minflux_step(size, ln, "auto", compiled=True),
     "torch": torch_step,
     "jax": jax_step,
 }
 LABELS = {"auto": "minflux auto", "mixed": "minflux mixed", "reverse": "minflux reverse",
+          "compiled": "minflux compiled",
           "torch": "PyTorch eager", "jax": "JAX jit"}
 
 
@@ -167,8 +192,10 @@ def worker(setting: str, impl: str, size_name: str, layer_norm: str, steps: str)
     step = BUILDERS[impl](size, layer_norm == "on")
     step()
     first = time.perf_counter() - start
-    samples = timed(step, int(steps))
-    result = {"first_step_s": first, "samples": samples, "peak_bytes": peak_step_bytes(step)}
+    result = {"first_step_s": first}
+    if hasattr(step, "settle"):
+        result["recording_s"] = step.settle() or first
+    result.update(samples=timed(step, int(steps)), peak_bytes=peak_step_bytes(step))
     if hasattr(step, "copy_fraction"):
         result["copy_fraction"] = step.copy_fraction()
     print(json.dumps(result))
@@ -184,6 +211,8 @@ def measure(setting, impls, size_name, layer_norm, rounds, steps) -> dict:
             peak_bytes=None if outs[0]["peak_bytes"] is None else max(o["peak_bytes"] for o in outs))
         if "copy_fraction" in outs[0]:
             results[impl]["copy_fraction"] = statistics.mean(o["copy_fraction"] for o in outs)
+        if "recording_s" in outs[0]:
+            results[impl]["recording_s"] = statistics.median(o["recording_s"] for o in outs)
     return results
 
 
@@ -197,11 +226,12 @@ def table(results: dict, rounds: int, steps: int, load: list) -> str:
                 vs = [f"{r['tokens_per_s'] / by_impl[p]['tokens_per_s']:.2f}x" if p in by_impl else "n/a"
                       for p in ("torch", "jax")]
                 peak = "n/a" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.0f} MiB"
+                first = f"{r['first_step_s']:.1f}" + (f" (recording {r['recording_s']:.2f})"
+                                                       if "recording_s" in r else "")
                 copying = f"{r['copy_fraction']:.0%}" if "copy_fraction" in r else ""
                 rows.append([entry["size_name"], "on" if entry["layer_norm"] else "off",
                              setting_label(setting, results["cores"]), LABELS[impl], f"{r['seconds'] * 1e3:.0f}",
-                             f"{r['tokens_per_s']:.0f}", *vs, cpu_wall_cell(r, setting), f"{r['first_step_s']:.1f}",
-                             peak, copying])
+                             f"{r['tokens_per_s']:.0f}", *vs, cpu_wall_cell(r, setting), first, peak, copying])
         if set(entry["settings"]) == {"one", "all"}:
             one, every = entry["settings"]["one"], entry["settings"]["all"]
             speedups.append([entry["size_name"], "on" if entry["layer_norm"] else "off"] +
@@ -217,7 +247,9 @@ def table(results: dict, rounds: int, steps: int, load: list) -> str:
              f"per process after the first; medians over all steps. {settings_note(results['cores'])} "
              f"{results['versions']}. Load average (1 min) {load[0]:.1f} before and {load[1]:.1f} after. "
              "minflux skips the gate products of the rows that COPY (their share is the last column; "
-             "the peers compute every row).\n")
+             "the peers compute every row). minflux compiled is the same step through `mf.compile`: "
+             "its timed steps are replays, and the seconds of the call that recorded them follow its "
+             "first step.\n")
     return text
 
 
@@ -228,7 +260,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", default="small,default,ptb")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--impls", default="auto,torch,jax")
+    parser.add_argument("--impls", default="auto,compiled,torch,jax")
     parser.add_argument("--layer-norm", default="off,on", help="off, on or off,on (the default size is always on)")
     parser.add_argument("--settings", default="one,all")
     args = parser.parse_args(argv)

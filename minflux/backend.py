@@ -77,8 +77,7 @@ def is_array(x: Any) -> bool:
     >>> mf.is_array(np.zeros(2)), mf.is_array([0.0])
     (True, False)
     """
-    return isinstance(x, np.ndarray) or is_cupy_array(x) or (
-        x.__class__ is Traced and isinstance(x._value, np.ndarray))
+    return isinstance(x, np.ndarray) or is_cupy_array(x) or (x.__class__ is Traced and is_array(x._value))
 
 
 def as_array(xp, x, dtype=None):
@@ -135,6 +134,8 @@ def get_array_module(*xs: Any, op: str = "this operation"):
     found_numpy = found_cupy = None
     for x in xs:
         x = unwrap(x)
+        if x.__class__ is Traced:   # an array being recorded: the module of the array it stands for
+            x = x._value
         if isinstance(x, np.ndarray):
             found_numpy = x
         elif isinstance(x, _cupy.ndarray):

@@ -13,8 +13,8 @@ import numpy as np
 
 from ..autograd import is_seed_broadcast, record
 from ..backend import get_array_module
-from ..schedule import operation
 from ..broadcasting import sum_to
+from ..schedule import operation
 from ..tensor import Tensor, unwrap
 
 
@@ -37,7 +37,8 @@ def _may_be_nonfinite(x) -> bool:
 
 
 def _finite_seed(g):
-    """True when output gradient ``g`` is known finite: the seed (ones), or finite host data."""
+    """True when output gradient ``g`` is known finite: the seed (ones), or finite host data (a
+    numpy bool from an operation, so a recorded step checks the data of every replay)."""
     return True if is_seed_broadcast(g) else _all_finite(g)
 
 

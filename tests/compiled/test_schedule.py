@@ -118,3 +118,11 @@ def test_an_operation_returning_a_python_number_is_refused():
 
     with pytest.raises(NotReplayable, match="gets a float from largest"):
         largest(Recording("f").input(np.ones(2)))
+
+
+def test_a_recorded_array_counts_as_the_array_it_stands_for():
+    rec = Recording("f")
+    t, s = rec.input(np.ones((2, 3), np.float32)), rec.input(np.ones((), np.float32)).sum()
+    assert mf.is_array(t) and mf.get_array_module(t) is np and t.shape == (2, 3) and t.dtype == np.float32
+    assert not mf.is_array(s)        # a numpy scalar, as eagerly: not an array leaf of a tree
+    assert t.T.shape == (3, 2) and len(t) == 2 and [row.shape for row in t] == [(3,), (3,)]

@@ -212,6 +212,16 @@ def compare_options(parser, impls) -> None:
                                                              "results written as NAME_quick")
 
 
+def results_name(name: str, args) -> str:
+    """The results file a benchmark writes: ``name``, or ``name_quick`` for a ``--quick`` smoke run.
+
+    >>> import argparse
+    >>> results_name("arity", argparse.Namespace(quick=True))
+    'arity_quick'
+    """
+    return name + ("_quick" if args.quick else "")
+
+
 def compare_with(script: str, args, config: dict) -> dict:
     """`compare` as the options `compare_options` added ask."""
     return compare(script, args.impls.split(","), config, args.settings.split(","), 2 if args.quick else args.rounds)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import library_versions, markdown_table, source_module, traced_peak_mib, write_results  # noqa: E402
-from _own_process import (compare_options, compare_with, configure_torch, cpu_wall_table,  # noqa: E402
+from _own_process import (compare_options, compare_with, results_name, configure_torch, cpu_wall_table,  # noqa: E402
                           method_note, serve, setting_label, time_case)
 
 LABELS = {"mixed": "mixed (numba)", "adjoint": "adjoint (numba)", "auto": "auto (numba)", "reverse": "reverse",
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
               "dims": 256 if args.quick else args.dims, "repeats": 3 if args.quick else args.repeats}
     results = compare_with(__file__, args, config)
     results.update(config, versions=library_versions(("numba", "torch", "jax")))
-    write_results("arity" + ("_quick" if args.quick else ""), results, table(results))
+    write_results(results_name("arity", args), results, table(results))
     return 0
 
 

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import library_versions, markdown_table, traced_peak_mib, write_results  # noqa: E402
-from _own_process import (RESULTS_FORMAT, compare_options, compare_with, configure_torch,  # noqa: E402
+from _own_process import (RESULTS_FORMAT, compare_options, compare_with, results_name, configure_torch,  # noqa: E402
                           cpu_wall_cell, method_note, serve, setting_label, time_case, timed)
 
 LABELS = {"mixed": "mixed (numba)", "adjoint": "adjoint (numba)", "auto": "auto (numba)",
@@ -249,7 +249,7 @@ def main(argv=None) -> int:
     modes = ("default", "reuse") if args.malloc == "both" else (args.malloc,)
     results = dict(config, format=RESULTS_FORMAT, versions=library_versions(("numba", "torch", "jax")),
                    malloc={malloc: compare_with(__file__, args, dict(config, malloc=malloc)) for malloc in modes})
-    write_results("cell_update" + ("_quick" if args.quick else ""), results, table(results))
+    write_results(results_name("cell_update", args), results, table(results))
     return 0
 
 

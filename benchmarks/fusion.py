@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import library_versions, markdown_table, source_module, write_results  # noqa: E402
 from _own_process import (Unavailable, compare_options, compare_with, configure_torch, cpu_wall_table,  # noqa: E402
-                          method_note, serve, setting_label, time_case)
+                          method_note, results_name, serve, setting_label, time_case)
 
 LABELS = {"fused": "minflux fused", "unfused": "minflux unfused", "elementwise": "one @mf.elementwise",
           "torch": "PyTorch eager", "torch_compile": "torch.compile", "jax": "JAX jit"}
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
               "dims": 256 if args.quick else args.dims, "repeats": 3 if args.quick else args.repeats}
     results = compare_with(__file__, args, config)
     results.update(config, versions=library_versions(("torch", "jax")))
-    write_results("fusion" + ("_quick" if args.quick else ""), results, table(results))
+    write_results(results_name("fusion", args), results, table(results))
     return 0
 
 

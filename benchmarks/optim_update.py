@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import library_versions, markdown_table, write_results  # noqa: E402
-from _own_process import (compare_options, compare_with, configure_torch, cpu_wall_cell,  # noqa: E402
+from _own_process import (compare_options, compare_with, results_name, configure_torch, cpu_wall_cell,  # noqa: E402
                           method_note, serve, setting_label, time_case)
 
 LABELS = {"minflux": "minflux Adam", "minflux_clip": "minflux chain(ClipNorm, Adam)",
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     params = make_problem(config["hidden"])[0]
     results.update(config, parameters=int(sum(p.size for p in params)), arrays=len(params),
                    versions=library_versions(("torch",)))
-    write_results("optim_update" + ("_quick" if args.quick else ""), results, table(results))
+    write_results(results_name("optim_update", args), results, table(results))
     return 0
 
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import minflux as mf  # noqa: E402
 from _common import library_versions, markdown_table, write_results  # noqa: E402
-from _own_process import (compare_options, compare_with, configure_torch, cpu_wall_table,  # noqa: E402
+from _own_process import (compare_options, compare_with, results_name, configure_torch, cpu_wall_table,  # noqa: E402
                           method_note, serve, setting_label, time_case)
 
 SIZES = {16: 200, 256: 12}  # array side: repeats
@@ -154,7 +154,7 @@ def main(argv=None) -> int:
     config = {"sizes": sizes, "layers": args.layers}
     results = compare_with(__file__, args, config)
     results.update(config, versions=library_versions(), dtype="float32")
-    write_results("tape_overhead" + ("_quick" if args.quick else ""), results, table(results))
+    write_results(results_name("tape_overhead", args), results, table(results))
     return 0
 
 

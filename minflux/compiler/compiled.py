@@ -36,7 +36,7 @@ from .dual import DualFunction, differentiate
 from .frontend import Parsed, parse
 from .ir import Function
 from .kinds import infer_kinds
-from .layout import plan_layout
+from .layout import plan, signature
 from .loop_limit import check_loop_flags, get_max_loop_iterations
 from .numpy_backend import ArrayOps, evaluate
 
@@ -44,6 +44,7 @@ __all__ = ["KERNEL_MODES", "CompiledFunction", "compiled", "get_elementwise_back
            "set_elementwise_backend"]
 
 _BACKENDS = ("numba", "numpy")
+_LAUNCHERS_LIMIT = 1024   # launchers kept per function (one per argument layout and shape)
 KERNEL_MODES = ("auto", "mixed", "adjoint")   # how a kernel computes its partials
 _backend = os.environ.get("MINFLUX_ELEMENTWISE", "numba").strip().lower() or "numba"
 
@@ -93,6 +94,7 @@ class CompiledFunction:
         self.typed: dict = {}
         self.duals: dict = {}
         self.kernels: dict = {}
+        self.launchers: dict = {}
 
     def valid(self, fn: Callable) -> bool:
         """True while every free name the function read at compile time still has its value (and
@@ -162,14 +164,26 @@ class CompiledFunction:
         return hit[1], outs
 
     def _run_numba(self, dual: DualFunction, arrays: list, float_dtype, shape: tuple) -> list:
+        return self.numba_launcher(dual, arrays, float_dtype, shape)(arrays)
+
+    def numba_launcher(self, dual: DualFunction, arrays: list, float_dtype, shape: tuple):
+        """The numba `Launcher` of ``dual`` for arrays laid out as ``arrays`` are (memoised)."""
         from . import numba_backend  # numba is imported on the first kernel, not with minflux
 
-        layout = plan_layout(arrays, shape)
-        key = ("numba", id(dual), float_dtype, layout.patterns, numba_backend.BRANCHES)
-        hit = self.kernels.get(key)
+        layout = plan(arrays, shape)
+        key = (id(dual), float_dtype, layout, shape, numba_backend.BRANCHES)
+        hit = self.launchers.get(key)
         if hit is None or hit[0] is not dual:
-            hit = self.kernels[key] = (dual, numba_backend.build_kernel(dual, float_dtype, layout.patterns))
-        return numba_backend.launch(hit[1], dual, layout, float_dtype, shape)
+            kernel_key = ("numba", id(dual), float_dtype, layout.patterns, numba_backend.BRANCHES)
+            built = self.kernels.get(kernel_key)
+            if built is None or built[0] is not dual:
+                built = self.kernels[kernel_key] = (
+                    dual, numba_backend.build_kernel(dual, float_dtype, layout.patterns))
+            if len(self.launchers) >= _LAUNCHERS_LIMIT:
+                self.launchers.clear()
+            hit = self.launchers[key] = (dual, numba_backend.launcher(built[1], dual, layout, float_dtype,
+                                                                       shape))
+        return hit[1]
 
     def _run_cuda(self, dual: DualFunction, arrays: list, float_dtype, shape: tuple) -> list:
         from . import cuda_backend  # CuPy is imported only for CuPy arrays
@@ -181,7 +195,14 @@ class CompiledFunction:
         return cuda_backend.launch(hit[1], arrays, float_dtype, shape)
 
 
-@operation
+def _replayed_launch(cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype, shape: tuple):
+    """What a recorded step replays for this launch: a numba `Launcher` bound once (see `_Replayed`)."""
+    if get_array_module(*arrays) is np and get_elementwise_backend() == "numba":
+        return _Replayed(cf.numba_launcher(dual, arrays, float_dtype, shape), signature(arrays))
+    return None
+
+
+@operation(replayed=_replayed_launch)
 def _launch(cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype, shape: tuple) -> list:
     """One evaluation of ``dual`` on the current backend, the loop-cap check included."""
     xp = get_array_module(*arrays)
@@ -192,6 +213,22 @@ def _launch(cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype,
     else:
         outs = cf._run_numba(dual, arrays, float_dtype, shape)
     return cf.check_loops(outs, dual.n_outputs) if cf.parsed.loop_sites else outs
+
+
+class _Replayed:
+    """`_launch` with its kernel and layout chosen when it was recorded; arrays laid out otherwise
+    (or another backend) take the whole path."""
+
+    __slots__ = ("launcher", "signature")
+
+    def __init__(self, launcher, signature: tuple):
+        self.launcher, self.signature = launcher, signature
+
+    def __call__(self, cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype, shape: tuple):
+        if signature(arrays) != self.signature or get_elementwise_backend() != "numba":
+            return _launch.__wrapped_operation__(cf, dual, arrays, float_dtype, shape)
+        outs = self.launcher(arrays)
+        return cf.check_loops(outs, dual.n_outputs) if cf.parsed.loop_sites else outs
 
 
 _compiled: dict = {}

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Layout", "plan_layout", "row_stride"]
+__all__ = ["Layout", "Plan", "plan", "plan_layout", "read", "row_stride", "signature"]
 
 _FLAT_BLOCK = 1 << 14
 
@@ -108,6 +108,87 @@ def row_stride(a: np.ndarray, inner: int) -> int | None:
     return step // item
 
 
+class Plan(NamedTuple):
+    """A layout decided from the arguments' shapes, strides and dtypes alone, so it holds for every
+    call whose arrays have the same ones (`signature`): the ``(rows, inner)`` view, each input's
+    pattern, the row stride of each full input and how each input is read (`READ_IN_PLACE`,
+    `READ_COPY`, `READ_BROADCAST`, `READ_BROADCAST_COPY`)."""
+
+    rows: int
+    inner: int
+    total: int
+    patterns: tuple
+    strides: tuple
+    reads: tuple
+
+
+READ_IN_PLACE, READ_COPY, READ_BROADCAST, READ_BROADCAST_COPY = range(4)
+
+
+def signature(arrays: list) -> tuple:
+    """What a `Plan` depends on: each array's type, shape, strides and dtype."""
+    return tuple((a.__class__, a.shape, a.strides, a.dtype) for a in arrays)
+
+
+def plan(arrays: list, shape: tuple) -> Plan:
+    """Choose the ``(rows, inner)`` view, each input's pattern, the row stride of each full input and
+    how each input is read (see `plan_layout`); memoised by the arrays' `signature`.
+
+    >>> import numpy as np
+    >>> plan([np.ones((3, 1)), np.ones((3, 10))[:, :4]], (3, 4))
+    Plan(rows=3, inner=4, total=12, patterns=('R', 'F'), strides=(10,), reads=(0, 0))
+    """
+    key = (signature(arrays), shape)
+    found = _plans.get(key)
+    if found is None:
+        if len(_plans) >= _PLANS_LIMIT:
+            _plans.clear()
+        found = _plans[key] = _decide(arrays, shape)
+    return found
+
+
+_plans: dict = {}
+_PLANS_LIMIT = 4096
+
+
+def _decide(arrays: list, shape: tuple) -> Plan:
+    shapes = tuple(a.shape for a in arrays)
+    rows, inner, total, patterns, materialise, split, r = _plan(shapes, shape)
+    strided = [a for a, p in zip(arrays, patterns) if p == "F" and not a.flags.c_contiguous]
+    if split is None and r > 1 and strided:
+        best = 0          # the split that reads the most strided inputs in place, widest rows first
+        for p in range(1, r):
+            candidate = _plan(shapes, shape, p)
+            readable = sum(row_stride(a, candidate[1]) is not None for a in strided)
+            if readable > best:
+                best, (rows, inner, total, patterns, materialise, split, r) = readable, candidate
+            if best == len(strided):
+                break
+    reads, strides = [], []
+    for a, pattern, full in zip(arrays, patterns, materialise):
+        broadcast = READ_BROADCAST - READ_IN_PLACE if full else 0
+        if full:
+            a = np.broadcast_to(a, shape)
+        if pattern != "F":   # a numpy scalar has no address of its own: it is copied into an array
+            in_place = a.flags.c_contiguous and a.__class__ is np.ndarray
+            reads.append(broadcast + (READ_IN_PLACE if in_place else READ_COPY))
+            continue
+        stride = inner if a.flags.c_contiguous else row_stride(a, inner)
+        reads.append(broadcast + (READ_IN_PLACE if stride is not None else READ_COPY))
+        strides.append(inner if stride is None else stride)
+    return Plan(rows, inner, total, tuple(patterns), tuple(strides), tuple(reads))
+
+
+def read(a, how: int, shape: tuple):
+    """Input ``a`` as the array a kernel reads, as `Plan.reads` says (its first element is where the
+    kernel starts; the pattern decides how many it reads)."""
+    if how >= READ_BROADCAST:
+        a = np.broadcast_to(a, shape)
+    if how == READ_COPY or how == READ_BROADCAST_COPY:
+        a = np.ascontiguousarray(a)
+    return a
+
+
 def plan_layout(arrays: list, shape: tuple) -> Layout:
     """Choose the ``(rows, inner)`` view, each input's pattern, the array it is read from and the row
     stride of each full input.
@@ -123,31 +204,7 @@ def plan_layout(arrays: list, shape: tuple) -> Layout:
     >>> plan_layout([np.ones((3, 10))[:, :4]], (3, 4)).strides    # read in place, 10 apart
     (10,)
     """
-    shapes = tuple(a.shape for a in arrays)
-    rows, inner, total, patterns, materialise, split, r = _plan(shapes, shape)
-    strided = [a for a, p in zip(arrays, patterns) if p == "F" and not a.flags.c_contiguous]
-    if split is None and r > 1 and strided:
-        best = 0          # the split that reads the most strided inputs in place, widest rows first
-        for p in range(1, r):
-            candidate = _plan(shapes, shape, p)
-            readable = sum(row_stride(a, candidate[1]) is not None for a in strided)
-            if readable > best:
-                best, (rows, inner, total, patterns, materialise, split, r) = readable, candidate
-            if best == len(strided):
-                break
-    flats, strides = [], []
-    for a, pattern, full in zip(arrays, patterns, materialise):
-        if full:
-            a = np.broadcast_to(a, shape)
-        if pattern != "F":
-            flats.append((a if a.flags.c_contiguous else np.ascontiguousarray(a)).reshape(-1))
-            continue
-        if a.flags.c_contiguous:
-            stride = inner
-        else:
-            stride = row_stride(a, inner)
-            if stride is None:
-                a, stride = np.ascontiguousarray(a), inner
-        flats.append(a)
-        strides.append(stride)
-    return Layout(rows, inner, total, patterns, flats, tuple(strides))
+    p = plan(arrays, shape)
+    flats = [read(a, how, shape) for a, how in zip(arrays, p.reads)]
+    flats = [f if pattern == "F" else f.reshape(-1) for f, pattern in zip(flats, p.patterns)]
+    return Layout(p.rows, p.inner, p.total, p.patterns, flats, p.strides)

@@ -45,7 +45,7 @@ from .dtypes import kind_dtype
 from .errors import CompileError
 from .ifconvert import if_convert
 from .ir import Assign, Break, Call, Continue, Function, If, Loop, Return, Var, has_loops
-from .layout import Layout
+from .layout import Plan, read
 from .row_pool import run_rows
 from .rules import TABLE
 from .threads import get_num_threads
@@ -381,16 +381,33 @@ def build_kernel(dual, float_dtype, patterns: tuple) -> Kernel:
     return kernel
 
 
-def launch(kernel: Kernel, dual, layout: Layout, float_dtype, shape: tuple) -> list:
-    """Run ``kernel`` over ``layout``; one new array of ``shape`` per output of ``dual.function``."""
-    rows, inner, total, _, flats, strides = layout
-    results = [np.empty(shape, kind_dtype(k, float_dtype)) for k in dual.function.output_kinds]
-    if total:
-        args = (inner, total, rows, *strides, *[a.ctypes.data for a in flats],
-                *[r.ctypes.data for r in results])
-        n_threads = min(get_num_threads(), rows) if total >= PARALLEL_MIN_ELEMENTS else 1
-        chunks = min(rows, LOOP_CHUNKS) if kernel.has_loops else 1
-        bounds = [rows * c // chunks for c in range(chunks + 1)]
-        for r0, r1 in zip(bounds[:-1], bounds[1:]):
-            run_rows(kernel.call, r0, r1, n_threads, args)
-    return results
+class Launcher:
+    """``kernel`` bound to one layout `Plan`: ``launcher(arrays)`` runs it on arrays of the plan's
+    signature and returns one new array of ``shape`` per output (every decision made once)."""
+
+    __slots__ = ("kernel", "plan", "shape", "out_dtypes", "head", "reads", "chunks")
+
+    def __init__(self, kernel: Kernel, plan: Plan, out_dtypes: list, shape: tuple):
+        self.kernel, self.plan, self.shape, self.out_dtypes = kernel, plan, shape, out_dtypes
+        self.head = (plan.inner, plan.total, plan.rows, *plan.strides)
+        self.reads = plan.reads if any(plan.reads) else None
+        chunks = min(plan.rows, LOOP_CHUNKS) if kernel.has_loops else 1
+        self.chunks = [(plan.rows * c // chunks, plan.rows * (c + 1) // chunks) for c in range(chunks)]
+
+    def __call__(self, arrays: list) -> list:
+        shape = self.shape
+        results = [np.empty(shape, dtype) for dtype in self.out_dtypes]
+        total = self.plan.total
+        if total:
+            if self.reads is not None:
+                arrays = [read(a, how, shape) for a, how in zip(arrays, self.reads)]
+            args = (*self.head, *[a.ctypes.data for a in arrays], *[r.ctypes.data for r in results])
+            n_threads = min(get_num_threads(), self.plan.rows) if total >= PARALLEL_MIN_ELEMENTS else 1
+            for r0, r1 in self.chunks:
+                run_rows(self.kernel.call, r0, r1, n_threads, args)
+        return results
+
+
+def launcher(kernel: Kernel, dual, plan: Plan, float_dtype, shape: tuple) -> Launcher:
+    """A `Launcher` of ``kernel`` (built for ``dual``) for arrays laid out as ``plan``."""
+    return Launcher(kernel, plan, [kind_dtype(k, float_dtype) for k in dual.function.output_kinds], shape)

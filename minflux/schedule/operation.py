@@ -42,19 +42,27 @@ def _recording_of(x):
     return None
 
 
-def operation(fn: Callable) -> Callable:
+def operation(fn: Callable | None = None, *, replayed: Callable | None = None) -> Callable:
     """``fn`` as one step of a recorded schedule (see the module docstring); unchanged otherwise.
+
+    ``replayed(*args, **kwargs)``, when given, is asked once while recording (after ``fn`` ran on
+    the recording call's real arrays) for a callable to replay in ``fn``'s place: one that has
+    made ``fn``'s decisions for arrays laid out like these. It must give what ``fn`` gives for any
+    arguments, checking what it assumed; None keeps ``fn``.
 
     >>> import numpy as np
     >>> operation(np.negative)(np.ones(1))
     array([-1.])
     """
+    if fn is None:
+        return lambda f: operation(f, replayed=replayed)
+
     @functools.wraps(fn)
     def run(*args, **kwargs):
         recording = _recording_of(args) or _recording_of(kwargs)
         if recording is None:
             return fn(*args, **kwargs)
-        return recording.call(fn, args, kwargs)
+        return recording.call(fn, args, kwargs, replayed=replayed)
 
     run.__wrapped_operation__ = fn
     return run

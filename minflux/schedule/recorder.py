@@ -123,10 +123,12 @@ class Recording:
                 "in a global, a closure or an attribute?); use the arrays the compiled function returns")
 
     # -- steps --------------------------------------------------------------------------------
-    def call(self, fn: Callable, args: tuple, kwargs: dict, dynamic: bool = False):
+    def call(self, fn: Callable, args: tuple, kwargs: dict, dynamic: bool = False,
+             replayed: Callable | None = None):
         """Run ``fn`` on the real arrays behind ``args``/``kwargs`` and record it as one step.
 
-        ``dynamic`` says the result's shape depends on the data (its shape must not steer Python).
+        ``dynamic`` says the result's shape depends on the data (its shape must not steer Python);
+        ``replayed``, when given, may name a callable to record in ``fn``'s place (`operation`).
         """
         self.check_open()
         found: list = []
@@ -135,6 +137,8 @@ class Recording:
         dynamic = dynamic or any(t._dynamic for t in found)
         result = fn(*raw_args, **raw_kwargs)
         wrapped, out = self.adopt(result, dynamic, fn)
+        if replayed is not None:
+            fn = replayed(*raw_args, **raw_kwargs) or fn
         self.steps.append(Step(fn, ref_args, ref_kwargs, out, tuple(sorted(np.geterr().items()))))
         return wrapped
 

@@ -147,3 +147,30 @@ def test_the_environment_switch_turns_check_mode_on(monkeypatch):
 def test_bad_options_are_one_clear_error():
     with pytest.raises(ValueError, match="fallback must be 'error' or 'eager'"):
         mf.compile(scaled_tanh, fallback="skip")
+
+
+@mf.elementwise
+def _soft_sign(x, y):
+    if x > 0:
+        return x / (1.0 + x) + y
+    return x / (1.0 - x) - y
+
+
+def test_a_replayed_kernel_launch_reads_arrays_laid_out_unlike_the_recordings():
+    """The guard holds shapes, not strides: a transposed, a strided and a broadcast argument of the
+    recorded shapes get the launch decided for them, not the one the recording bound."""
+    f = mf.compile(lambda x, y: _soft_sign(x, y) * 2.0)
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(6, 5)), rng.normal(size=(6, 5))
+
+    def expected(x, y):
+        return np.where(x > 0, x / (1 + x) + y, x / (1 - x) - y) * 2.0
+
+    for _ in range(3):                                            # recorded, then replayed
+        np.testing.assert_allclose(f(x, y), expected(x, y), rtol=1e-15)
+    wide = rng.normal(size=(6, 9))
+    for xs, ys in [(np.ascontiguousarray(x.T).T, y), (x, wide[:, 2:7]),
+                   (x, np.broadcast_to(y[:1], (6, 5))), (x[::-1], y[:, ::-1])]:
+        assert xs.shape == ys.shape == (6, 5)
+        np.testing.assert_allclose(f(xs, ys), expected(xs, ys), rtol=1e-15)
+    assert f.recordings == 1 and f.replays == 6

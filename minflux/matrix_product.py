@@ -3,8 +3,9 @@
 BLAS runs on one thread in a minflux process (`minflux.compiler.threads`): OpenBLAS's own workers
 spin while they wait for the next product, which on a busy machine costs many times the work. A
 product large enough to pay for a second thread is instead split into column (or row) blocks that
-run at once on minflux's sleeping worker pool, each block one single-threaded BLAS call writing its
-part of the result. Small products, batched products and non-numpy arrays go straight to the array
+run at once on minflux's sleeping worker pool (over the cores other work leaves free,
+`minflux.compiler.threads.threads_now`), each block one single-threaded BLAS call writing its part
+of the result. Small products, batched products and non-numpy arrays go straight to the array
 module's ``matmul``.
 
 >>> import numpy as np
@@ -18,7 +19,7 @@ import numpy as np
 
 from .backend import get_array_module
 from .compiler.row_pool import run_rows
-from .compiler.threads import get_num_threads
+from .compiler.threads import threads_now
 from .schedule import operation
 
 __all__ = ["matmul", "PARALLEL_MIN_MULTIPLY_ADDS"]
@@ -44,7 +45,7 @@ def matmul(a, b):
         return xp.matmul(a, b)
     m, k = a.shape
     n = b.shape[1]
-    n_threads = get_num_threads() if m * n * k >= PARALLEL_MIN_MULTIPLY_ADDS else 1
+    n_threads = threads_now() if m * n * k >= PARALLEL_MIN_MULTIPLY_ADDS else 1
     by_columns = n >= m
     blocks = -(-(n if by_columns else m) // _BLOCK)
     if n_threads == 1 or blocks < 2 or k != b.shape[0]:

@@ -13,6 +13,7 @@ from minflux.compiler import threads
 def split_everything(monkeypatch):
     monkeypatch.setattr(matrix_product, "PARALLEL_MIN_MULTIPLY_ADDS", 0)
     monkeypatch.setattr(threads, "_setting", 3)
+    monkeypatch.setattr(matrix_product, "threads_now", lambda: 3)   # as if three cores were idle
 
 
 CASES = [  # (m, k, n): columns split, rows split, ragged last block, fewer blocks than threads

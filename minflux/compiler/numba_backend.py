@@ -48,7 +48,7 @@ from .ir import Assign, Break, Call, Continue, Function, If, Loop, Return, Var, 
 from .layout import Plan, read
 from .row_pool import run_rows
 from .rules import TABLE
-from .threads import get_num_threads
+from .threads import threads_now
 
 BRANCHES = os.environ.get("MINFLUX_NUMBA_BRANCHES", "auto")  # "auto" | "select" | "real"
 PARALLEL_MIN_ELEMENTS = 1 << 17   # below it a second thread costs more CPU than it saves time (measured)
@@ -402,7 +402,7 @@ class Launcher:
             if self.reads is not None:
                 arrays = [read(a, how, shape) for a, how in zip(arrays, self.reads)]
             args = (*self.head, *[a.ctypes.data for a in arrays], *[r.ctypes.data for r in results])
-            n_threads = min(get_num_threads(), self.plan.rows) if total >= PARALLEL_MIN_ELEMENTS else 1
+            n_threads = min(threads_now(), self.plan.rows) if total >= PARALLEL_MIN_ELEMENTS else 1
             for r0, r1 in self.chunks:
                 run_rows(self.kernel.call, r0, r1, n_threads, args)
         return results

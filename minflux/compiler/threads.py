@@ -3,8 +3,10 @@
 ``MINFLUX_NUM_THREADS`` (read when minflux is imported; default: the cores this process may use), or
 `set_num_threads` at run time, is how many threads a large kernel or matrix product may split over.
 Whether one does is decided per call from its size: small work runs on the calling thread, where
-handing it out would cost more than it saves. The pool's workers sleep while they wait
-(`minflux.compiler.row_pool`), so the budget costs no CPU between calls.
+handing it out would cost more than it saves. Large work splits over the budget's threads only as far
+as the machine has idle cores (`threads_now`): on a machine busy with other work a second thread
+would wait for a core and add its hand-over costs for nothing. The pool's workers sleep while they
+wait (`minflux.compiler.row_pool`), so the budget costs no CPU between calls.
 
 Every BLAS library loaded in the process runs on one thread (through `threadpoolctl` when it is
 installed, or OpenBLAS's own ``openblas_set_num_threads`` otherwise): OpenBLAS's workers spin
@@ -24,10 +26,11 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import time
 
 from .settings import positive_int_from_environment
 
-__all__ = ["blas_threads", "get_num_threads", "set_num_threads", "usable_cores"]
+__all__ = ["blas_threads", "get_num_threads", "set_num_threads", "threads_now", "usable_cores"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,49 @@ def set_num_threads(n: int) -> None:
         raise ValueError(f"set_num_threads needs a whole number of threads >= 1, got {n!r}")
     _setting = n
     _limit_blas(1)
+
+
+SAMPLE_SECONDS = 0.02
+"""How long one reading of the machine's runnable threads is trusted (`threads_now`)."""
+
+_sample = [float("-inf"), None]   # (when, threads runnable on the machine then, or None if unknown)
+
+
+def runnable_threads() -> int | None:
+    """How many threads the whole machine has running or ready to run now (the calling one
+    included), from Linux's ``/proc/loadavg``; None where that is not available.
+
+    >>> n = runnable_threads()
+    >>> n is None or n >= 1
+    True
+    """
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return int(f.read().split()[3].split(b"/")[0])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def threads_now() -> int:
+    """The threads a large kernel or product may split over at this moment: the budget, cut to the
+    cores that other work leaves free (the machine's cores less the other threads running or waiting
+    to run, read at most every `SAMPLE_SECONDS`), and never less than one.
+
+    >>> import minflux as mf
+    >>> 1 <= threads_now() <= mf.get_num_threads()
+    True
+    """
+    budget = get_num_threads()
+    if budget == 1:
+        return 1
+    now = time.monotonic()
+    if now - _sample[0] > SAMPLE_SECONDS:
+        _sample[0], _sample[1] = now, runnable_threads()
+    running = _sample[1]
+    if running is None:
+        return budget
+    free = (os.cpu_count() or 1) - (running - 1)     # the calling thread is one of the running ones
+    return max(1, min(budget, free))
 
 
 def _limit_blas(n: int) -> None:

@@ -42,6 +42,7 @@ def test_set_num_threads_sizes_the_kernel_pool_and_leaves_blas_at_one(monkeypatc
     pytest.importorskip("threadpoolctl")
     before = mf.get_num_threads()
     monkeypatch.setattr(numba_backend, "PARALLEL_MIN_ELEMENTS", 16)
+    monkeypatch.setattr(numba_backend, "threads_now", lambda: 3)   # as if three cores were idle
     try:
         mf.set_num_threads(3)
         assert all(n == 1 for n in threads.blas_threads().values())
@@ -86,3 +87,51 @@ def test_bad_settings_name_the_fix(monkeypatch):
         threads._from_environment()
     with pytest.raises(ValueError, match=">= 1"):
         mf.set_num_threads(0)
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Report ``machine.running`` runnable threads on a machine of ``machine.cores`` cores."""
+    state = type("Machine", (), {"running": 1, "cores": 4, "reads": 0})()
+
+    def runnable():
+        state.reads += 1
+        return state.running
+
+    monkeypatch.setattr(threads, "runnable_threads", runnable)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: state.cores)
+    monkeypatch.setattr(threads, "_sample", [float("-inf"), None])
+    monkeypatch.setattr(threads, "SAMPLE_SECONDS", -1.0)     # read the machine on every call
+    before = mf.get_num_threads()
+    mf.set_num_threads(3)
+    yield state
+    mf.set_num_threads(before)
+
+
+@pytest.mark.parametrize("running, expected", [(1, 3), (2, 3), (3, 2), (4, 1), (9, 1), (None, 3)])
+def test_large_work_splits_only_over_idle_cores(machine, running, expected):
+    machine.running = running          # the calling thread is one of the running ones
+    assert threads.threads_now() == expected
+
+
+def test_a_large_product_on_a_busy_machine_stays_on_the_calling_thread(machine, monkeypatch):
+    from minflux import matrix_product
+
+    calls = []
+    real = matrix_product.run_rows
+    monkeypatch.setattr(matrix_product, "run_rows", lambda *a: (calls.append(a[3]), real(*a)))
+    a, b = np.ones((64, 2048), np.float32), np.ones((2048, 512), np.float32)
+    machine.running = 3                                # two other threads on four cores: two free
+    np.testing.assert_array_equal(matrix_product.matmul(a, b), np.full((64, 512), 2048.0, np.float32))
+    assert calls == [2]
+    calls.clear()
+    machine.running = 6
+    np.testing.assert_array_equal(matrix_product.matmul(a, b), np.full((64, 512), 2048.0, np.float32))
+    assert calls == []                                 # one BLAS call, no split
+
+
+def test_the_machine_is_read_at_most_once_per_sample_period(machine, monkeypatch):
+    monkeypatch.setattr(threads, "SAMPLE_SECONDS", 3600.0)
+    for _ in range(5):
+        threads.threads_now()
+    assert machine.reads == 1

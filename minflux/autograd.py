@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -23,7 +24,7 @@ _local = threading.local()
 
 class Tape:
     """The record of one gradient computation: a list of nodes, a slot counter, and weak references
-    to the deferred Tensors made on it (computed before the backward pass).
+    to the deferred Tensors made on it (`defer`; computed before the backward pass).
 
     >>> tape = Tape()
     >>> tape.new_slot(), tape.new_slot(), len(tape.nodes)
@@ -37,12 +38,22 @@ class Tape:
         self.slots = 0
         self.deferred: list = []
 
+    def defer(self, tensor: Tensor) -> None:
+        """Remember deferred ``tensor`` (weakly): `compute_deferred` computes it if it is still
+        alive and deferred then, so that the backward pass sees every node it will record.
+
+        >>> tape = Tape()
+        >>> tape.defer(Tensor(1.0)); len(tape.deferred)
+        1
+        """
+        self.deferred.append(weakref.ref(tensor))
+
     def compute_deferred(self) -> None:
         """Compute every deferred Tensor of this tape that is still alive."""
         deferred, self.deferred = self.deferred, []
         for ref in deferred:
             t = ref()
-            if t is not None and t._pending is not None:
+            if t is not None and t.is_deferred:
                 t.value
 
     def new_slot(self) -> int:
@@ -211,6 +222,33 @@ def record(name: str, value, args: Sequence[Any], vjp: Callable, multi: bool = F
         out_slots = (tape.slots,)
     tape.nodes.append(Node(name, in_slots, out_slots, vjp, multi))
     return outs
+
+
+def bind(tensor: Tensor, result) -> None:
+    """Give deferred ``tensor`` the value an op computed for it: ``result`` is what the op returned.
+
+    A Tensor recorded on the tape (by `record`) hands ``tensor`` its value and its output slot, so
+    the recorded node's output is ``tensor`` from now on, for every op that already holds it; an
+    untracked Tensor or a plain array hands over its value only.
+
+    >>> import minflux as mf, numpy as np
+    >>> class Twice:                     # a pending value: its shape, dtype and how to compute it
+    ...     shape, dtype = (2,), np.dtype(np.float64)
+    ...     def __init__(self, x):
+    ...         self.x = x
+    ...     def compute(self, tensor):
+    ...         bind(tensor, record("twice", 2 * self.x.value, [self.x], lambda g, needs: [2 * g]))
+    >>> def f(x):
+    ...     y = Tensor.deferred(Twice(x), active_tape())
+    ...     return mf.sum(y * x)         # the product reads y: its node is recorded then
+    >>> mf.gradient(f, np.array([1.0, 3.0]))[0]
+    array([ 4., 12.])
+    """
+    if isinstance(result, Tensor):
+        tensor._value, tensor._slot = result._value, result._slot
+    else:
+        tensor._value = result
+    tensor._pending = None
 
 
 class _Gradients:

@@ -3,12 +3,10 @@
 This module imports nothing else of minflux: the operators, conversions and array methods of Tensor
 are installed by `minflux._operators` when the package is imported.
 
-Inside `mf.gradient`, an elementwise operation may return a *deferred* Tensor: it knows its shape and
-dtype, and holds the pending expression (`minflux.pointwise.lazy`) instead of a value. Reading
-``value`` computes the pending expression DAG under it: as one fused kernel once its structure is
-compiled (after `mf.fusion`'s ``compile_after`` sightings), op by op before that and always for a DAG
-of one primitive. Op by op, every deferred Tensor of the DAG receives its value; fused, only the
-Tensor read does (another deferred Tensor of that DAG, read later, computes its own part then).
+A Tensor may also be *deferred* (`Tensor.deferred`): it knows its shape and dtype and holds a pending
+computation instead of a value (inside `mf.gradient`, elementwise ops return such Tensors so that
+they fuse, `minflux.pointwise.lazy`). Reading ``value`` runs the computation, which gives the Tensor
+its value (and its slot on the tape) through `minflux.autograd.bind`.
 """
 from __future__ import annotations
 
@@ -45,8 +43,13 @@ class Tensor:
 
     @property
     def is_deferred(self) -> bool:
-        """True while the value is a pending elementwise expression, not yet computed."""
+        """True while the value is a pending computation, not yet run."""
         return self._pending is not None
+
+    @property
+    def pending(self):
+        """The pending computation of a deferred Tensor (None once it has its value)."""
+        return self._pending
 
     # -- array protocol ------------------------------------------------------------------------
     @property
@@ -83,7 +86,19 @@ class Tensor:
 
     @classmethod
     def deferred(cls, pending, tape) -> "Tensor":
-        """A Tensor whose value is ``pending`` (an object with ``shape``, ``dtype`` and ``compute``)."""
+        """A Tensor whose value is ``pending``: an object with ``shape``, ``dtype`` and
+        ``compute(tensor)``, which gives ``tensor`` its value (`minflux.autograd.bind`) when it is read.
+
+        >>> import numpy as np
+        >>> class Ones:
+        ...     shape, dtype = (2,), np.dtype(np.float64)
+        ...     def compute(self, tensor):
+        ...         from minflux.autograd import bind
+        ...         bind(tensor, np.ones(2))
+        >>> t = Tensor.deferred(Ones(), None)
+        >>> t.is_deferred, t.shape, t.value, t.is_deferred
+        (True, (2,), array([1., 1.]), False)
+        """
         t = cls(None, tape)
         t._pending = pending
         return t

@@ -2,5 +2,19 @@
 
 A pure bottom layer: it knows nothing of tapes or Tensors and imports only its own modules and
 `minflux.backend`, `minflux.files` and `minflux._version`. `compiled.compiled(fn)` is the entry
-point; the tape side of elementwise work lives in `minflux.pointwise`.
+point for Python source; `expressions` builds the same `CompiledFunction` from expressions (a
+computation held as data, as the fusion of deferred elementwise ops holds it). The tape side of
+elementwise work lives in `minflux.pointwise`.
+
+>>> import numpy as np
+>>> from minflux.compiler import ExpressionFunction, argument, call
+>>> f = ExpressionFunction([call("multiply", argument(np.arange(3.0), wrt=True), 2.0)])
+>>> dual, outs = f.run()
+>>> outs, dual.constants       # the value; its partial 2 is a constant, never an array
+([array([0., 2., 4.])], {(0, 0): 2.0})
 """
+from .compiled import CompiledFunction, compiled, prepare, primal
+from .expressions import Expression, ExpressionFunction, argument, call, constant
+
+__all__ = ["CompiledFunction", "Expression", "ExpressionFunction", "argument", "call", "compiled", "constant",
+           "prepare", "primal"]

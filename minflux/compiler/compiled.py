@@ -20,7 +20,6 @@ of tapes or Tensors.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from typing import Callable
 
@@ -28,9 +27,10 @@ import numpy as np
 
 from ..backend import get_array_module
 from ..schedule.operation import operation
-from .dtypes import kind_dtype
 from .adjoint import adjoint, supports_adjoint
+from .arguments import prepare
 from .cost import prefer_adjoint
+from .dtypes import kind_dtype
 from .dependence import with_structural_zeros
 from .dual import DualFunction, differentiate
 from .frontend import Parsed, parse
@@ -256,39 +256,6 @@ def compiled(fn: Callable) -> CompiledFunction:
     return entry
 
 
-_from_ir: dict = {}
-_FROM_IR_LIMIT = 1024
-
-
-def compiled_ir(key, build: Callable[[], Function]) -> CompiledFunction:
-    """The compiled function of an IR built by ``build()`` (untyped, as the frontend makes it),
-    memoised by ``key``: a canonical description of that IR (the fusion of pending expressions
-    uses it for structures it has written itself, with no Python source behind them).
-
-    >>> from minflux.compiler.ir import Assign, Call, Return, Var
-    >>> ir = lambda: Function("double", ["a"], [Assign("t0", Call("add", (Var("a"), Var("a")))),
-    ...                                          Return((Var("t0"),))], temps={"t0"})
-    >>> cf = compiled_ir(("double",), ir)
-    >>> cf is compiled_ir(("double",), ir), cf.run([np.ones(2)], ("f",), np.float64, (), (2,))[1]
-    (True, [array([2., 2.])])
-    """
-    cf = _from_ir.get(key)
-    if cf is None:
-        function = build()
-        if len(_from_ir) >= _FROM_IR_LIMIT:
-            # the oldest structure goes; its machine code stays loaded in the backend and on disk,
-            # so building that structure again redoes the IR passes only
-            del _from_ir[next(iter(_from_ir))]
-        cf = _from_ir[key] = CompiledFunction(None, Parsed(function, []))
-        cf.name = function.name
-    return cf
-
-
-def is_compiled_ir(key) -> bool:
-    """Whether `compiled_ir` has built ``key`` in this process."""
-    return key in _from_ir
-
-
 def primal(fn: Callable, *values):
     """``fn`` broadcast over ``values`` (arrays or numbers) with no partials: its outputs only.
 
@@ -301,85 +268,6 @@ def primal(fn: Callable, *values):
     kinds, float_dtype, arrays, shape = prepare(values, cf.name)
     dual, outs = cf.run(arrays, kinds, float_dtype, (), shape)
     return tuple(outs) if dual.n_outputs > 1 else outs[0]
-
-
-# -- arguments -------------------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=64)
-def _array_kind(dtype: np.dtype):
-    kind = dtype.kind
-    if kind == "b":
-        return "b", np.dtype(bool)
-    if kind in "iu":
-        return "i", np.dtype(np.int64)
-    if kind == "f":
-        return "f", dtype
-    return None
-
-
-def _kind_and_dtype(value, position: int, name: str):
-    if isinstance(value, (bool, np.bool_)):
-        return "b", None
-    if isinstance(value, (int, np.integer)):
-        return "i", None
-    if isinstance(value, (float, np.floating)) and not hasattr(value, "shape"):
-        return "f", None
-    dtype = getattr(value, "dtype", None)
-    if dtype is None:
-        raise TypeError(f"argument {position} of elementwise function {name} is a {type(value).__name__}; "
-                        "pass arrays, Tensors or Python numbers")
-    found = _array_kind(np.dtype(dtype))
-    if found is None:
-        raise TypeError(f"argument {position} of elementwise function {name} has dtype {dtype}; use "
-                        "float, int or bool arrays")
-    return found
-
-
-@functools.lru_cache(maxsize=256)
-def _float_dtype(dtypes: tuple) -> np.dtype:
-    return np.dtype(np.result_type(*dtypes)) if dtypes else np.dtype(np.float64)
-
-
-@functools.lru_cache(maxsize=1024)
-def _broadcast_shape(shapes: tuple) -> tuple:
-    return tuple(np.broadcast_shapes(*shapes))
-
-
-def _convert(value, kind: str, float_dtype, xp):
-    """An argument as an array (or 0-d array) of its kind's dtype."""
-    dtype = kind_dtype(kind, float_dtype)
-    if hasattr(value, "dtype") and hasattr(value, "shape"):
-        return value if value.dtype == dtype else value.astype(dtype)
-    if xp is not np:  # CuPy kernels take numpy scalars by value: no host-to-device copy per call
-        return dtype.type(value)
-    return xp.asarray(value, dtype=dtype)
-
-
-def prepare(values, name: str, float_dtype=None):
-    """Classify and convert a call's arguments (plain arrays and numbers).
-
-    Returns ``(kinds, float_dtype, arrays, shape)``: each argument's IR kind, the kernel's float
-    dtype (the float arrays' promoted dtype, float64 when there are none; ``float_dtype`` when
-    given, which must hold every float argument exactly), the arguments as arrays of their kinds'
-    dtypes, and the broadcast shape.
-
-    >>> prepare([np.ones((2, 1), np.float32), 3], "f")[::3]
-    (('f', 'i'), (2, 1))
-    """
-    xp = get_array_module(*values, op=f"elementwise function {name}")
-    kd = [_kind_and_dtype(v, i, name) for i, v in enumerate(values)]
-    kinds = tuple(k for k, _ in kd)
-    if float_dtype is None:
-        float_dtype = _float_dtype(tuple(d for k, d in kd if k == "f" and d is not None))
-    else:
-        float_dtype = np.dtype(float_dtype)
-    arrays = [_convert(v, k, float_dtype, xp) for v, k in zip(values, kinds)]
-    try:
-        shape = _broadcast_shape(tuple(a.shape for a in arrays))
-    except ValueError:
-        shapes = ", ".join(str(tuple(a.shape)) for a in arrays)
-        raise ValueError(f"elementwise function {name}: cannot broadcast argument shapes {shapes}") from None
-    return kinds, float_dtype, arrays, shape
 
 
 def _run_numpy(dual: DualFunction, arrays: list, float_dtype, shape: tuple, xp) -> list:

@@ -53,11 +53,23 @@ def _check_signature(fn: Callable, j: int, rule, arity: int) -> None:
                         f"math namespace, the function's {arity} argument(s) and its value") from None
 
 
+def rule_of(row) -> "ScalarRule | None":
+    """The scalar rule whose table row is ``row`` (a `Primitive`), None for any other row.
+
+    >>> from minflux.compiler.rules import TABLE
+    >>> rule = ScalarRule(lambda x: 2.0 * x, (lambda m, x, y: 2.0,))
+    >>> rule_of(rule.row) is rule, rule_of(TABLE["tanh"])
+    (True, None)
+    """
+    rule = RULES.get(row.name)
+    return rule if rule is not None and rule.row is row else None
+
+
 class ScalarRule:
     """The compiler's side of `mf.scalar_rule`: the table row and the function's typed subroutine.
 
     ``partials`` holds one rule ``lambda m, *args, y: ...`` per argument (missing trailing rules and
-    None make an argument non-differentiable); the row is registered under ``op``: the function's
+    None make an argument non-differentiable); the row (``row``) is registered under ``op``: the function's
     module-qualified name, made unique per rule. Each rule is its own primitive, so two rules made by
     one factory (``make(2.0)`` and ``make(3.0)`` of the same ``def``) keep their own values and
     derivatives in the table, in fused expressions and in every kernel cache; rows stay in the table
@@ -83,7 +95,7 @@ class ScalarRule:
             _check_signature(fn, j, rule, self.arity)
         self.op = _unique_name(fn)
         self._subroutines: dict | None = None
-        define(self.op, self.impl, *self.partials, doc=fn.__doc__ or "")
+        self.row = define(self.op, self.impl, *self.partials, doc=fn.__doc__ or "")
         RULES[self.op] = self
 
     def impl(self, xp, *args):

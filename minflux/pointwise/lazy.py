@@ -5,8 +5,9 @@ a `scalar_rule` function) with an argument tracked on the tape does not run: it 
 Tensor that knows its shape and dtype at once (a shape error still points at the line that caused
 it) and holds the pending expression. The first consumer that needs the contents -- a structural op,
 a conversion, printing, ``bool()``, the end of the `gradient` call -- computes the whole pending
-expression DAG as ONE scalar function through the compiler: one pass over memory gives the value and
-the partials with respect to the differentiable leaves, recorded as one tape node. Subexpressions
+expression DAG as ONE scalar function, which the compiler builds from expressions
+(`minflux.compiler.expressions`): one pass over memory gives the value and the partials with
+respect to the differentiable leaves, recorded as one tape node. Subexpressions
 shared inside one DAG are computed once; a deferred value that is never used costs nothing.
 
 Compiling a new structure takes a second or more, so an expression is evaluated op by op (one tape
@@ -40,12 +41,12 @@ from collections import Counter
 
 import numpy as np
 
-from ..autograd import recording
+from ..autograd import bind, recording
 from ..backend import is_cupy_array
-from ..compiler.compiled import compiled_ir, is_compiled_ir, prepare
-from ..compiler.ir import Assign, Call, Const, Function, Return, Var, result_kind
+from ..compiler.expressions import ExpressionFunction, argument, call, constant
+from ..compiler.ir import result_kind
 from ..compiler.rules import TABLE
-from ..compiler.scalar_rule import RULES
+from ..compiler.scalar_rule import rule_of
 from ..tensor import Tensor
 from .eager import apply_primitive_now
 from .node import broadcast_node
@@ -137,57 +138,48 @@ def fusion_changes() -> int:
 
 
 class Pending:
-    """One deferred primitive: its table name, its arguments (Tensors, arrays or numbers) and what
-    the result will be (shape, dtype), plus the tape it records on, the Tensor it belongs to and
-    ``floats``, the one float type its whole DAG computes in (None if none)."""
+    """One deferred primitive: its table row, its arguments (Tensors, arrays or numbers) and, for each
+    argument not deferred itself, its expression (a constant, or an argument classified once, when the
+    op was deferred); what the result will be (shape, dtype, kind); the tape it records on, the Tensor
+    it belongs to, and ``floats``, the one float type its whole DAG computes in (None if none)."""
 
-    __slots__ = ("op", "args", "shape", "dtype", "kind", "tape", "owner", "members", "leaf_ids", "device",
-                 "floats")
+    __slots__ = ("row", "args", "terms", "shape", "dtype", "kind", "tape", "owner", "members", "leaf_ids",
+                 "device", "floats")
 
     def compute(self, tensor: Tensor) -> None:
         _compute(tensor, self)
 
 
-def _describe(a):
-    """(kind, dtype, pending) of an argument, or None when it cannot be part of a fused kernel."""
+def _term(a, tape):
+    """The expression of an argument that is not deferred: a constant for a number, an argument for
+    an array or a Tensor (differentiated when it is a float tracked on ``tape``); None when a kernel
+    cannot take it (the op runs now)."""
     if isinstance(a, Tensor):
-        pending = a._pending
-        dtype = pending.dtype if pending is not None else getattr(a._value, "dtype", None)
-    elif isinstance(a, (bool, np.bool_)):
-        return "b", None, None
-    elif isinstance(a, (int, np.integer)):
-        return "i", None, None
-    elif isinstance(a, (float, np.floating)) and not hasattr(a, "shape"):
-        return "f", None, None
+        value = a.value
+        wrt = a._tape is tape and getattr(value, "dtype", None) is not None and value.dtype.kind == "f"
+    elif isinstance(a, (bool, int, np.bool_, np.integer)) or \
+            (isinstance(a, float) and not hasattr(a, "shape")):
+        return constant(a)
     else:
-        pending, dtype = None, getattr(a, "dtype", None)
-    if dtype is None:
+        value, wrt = a, False
+    if getattr(value, "dtype", None) is None:
         return None
-    dtype = np.dtype(dtype)
-    if dtype.kind == "b":
-        return "b", dtype, pending
-    if dtype.kind in "iu":
-        return "i", dtype, pending
-    if dtype in _FLOATS:
-        return "f", dtype, pending
-    return None
+    try:
+        term = argument(value, wrt, source=a)
+    except TypeError:
+        return None
+    return None if term.kind == "f" and term.dtype not in _FLOATS else term
 
 
 _KERNEL_DTYPES = {"f": _FLOATS, "i": (np.dtype(np.int64),), "b": (np.dtype(bool),)}
 
 
-def _probe(a, dtype):
-    """What decides numpy's result type for argument ``a``: an empty array of its dtype, or for a
-    number one of its own type (Python numbers are weak in numpy's promotion, numpy scalars are not)."""
-    if dtype is not None:
-        return ("a", dtype.str)
-    return ("s", type(a))
-
-
 @functools.lru_cache(maxsize=1024)
 def _result(name: str, kinds: tuple, probes: tuple, shapes: tuple):
     """(kind, dtype, compute float dtype, shape) of primitive ``name`` over arguments of ``kinds``,
-    `_probe` descriptions ``probes`` and ``shapes``; None when a kernel cannot give numpy's dtype.
+    probes ``probes`` and ``shapes``; None when a kernel cannot give numpy's dtype. A probe is what
+    decides numpy's result type: ``("a", dtype string)`` for an array, ``("s", type)`` for a number
+    (Python numbers are weak in numpy's promotion, numpy scalars are not).
 
     The dtype is the one op-by-op evaluation gives: numpy's rule for table primitives (found by
     running the primitive on empty arrays), the elementwise compiler's rule for scalar rules. The
@@ -200,7 +192,7 @@ def _result(name: str, kinds: tuple, probes: tuple, shapes: tuple):
         raise ValueError(f"mf.{name}: cannot broadcast shapes {' and '.join(map(str, shapes))}") from None
     kind = result_kind(name, list(kinds))
     values = [np.empty(0, np.dtype(p[1])) if p[0] == "a" else p[1](1) for p in probes]
-    if name in RULES:     # a rule's primal kernel: the float arrays' promoted type, float64 without any
+    if rule_of(TABLE[name]) is not None:  # a rule's primal kernel: the float arrays' promoted type
         floats = [v.dtype for v, k in zip(values, kinds) if k == "f" and isinstance(v, np.ndarray)]
         dtype = np.dtype(np.result_type(*floats)) if floats else np.dtype(np.float64)
         dtype = dtype if kind == "f" else _KERNEL_DTYPES[kind][0]
@@ -238,26 +230,31 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
     argument tracked on ``tape`` or deferred, an argument a kernel cannot take, or fusion off)."""
     if not _settings["enabled"]:
         return None
-    prim = TABLE.get(name)
-    if prim is None or ("." in name and name not in RULES):
+    row = TABLE.get(name)
+    if row is None:
         return None
     if _broadcast_size(tuple([getattr(a, "shape", ()) for a in args])) < _settings["min_elements"]:
         return None  # a tiny result (or shapes that do not broadcast: the op now says so) runs now
-    kinds, probes, shapes, pendings = [], [], [], []
+    kinds, probes, shapes, pendings, terms = [], [], [], [], []
     members, leaf_ids = set(), set()   # the DAG's distinct pending nodes and leaves, for the caps
     involved = tracked = False
     where = None
-    for a, rule in zip(args, prim.partials):
-        described = _describe(a)
-        if described is None:
-            return None
-        kind, dtype, pending = described
-        kinds.append(kind)
-        probes.append(_probe(a, dtype))
-        shapes.append(a.shape if dtype is not None else ())
+    for a, rule in zip(args, row.partials):
+        pending = a.pending if isinstance(a, Tensor) else None
         if pending is not None:
             if pending.tape is not tape:
                 return None
+            kind, dtype, term = pending.kind, pending.dtype, None
+        else:
+            term = _term(a, tape)
+            if term is None:
+                return None
+            kind, dtype = term.kind, term.dtype
+        terms.append(term)
+        kinds.append(kind)
+        probes.append(("a", dtype.str) if dtype is not None else ("s", type(a)))
+        shapes.append(a.shape if dtype is not None else ())
+        if pending is not None:
             involved = True
             pendings.append(a)
             members |= pending.members
@@ -265,7 +262,7 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
             device = pending.device
         elif dtype is not None:
             leaf_ids.add(id(a))
-            device = "gpu" if is_cupy_array(a._value if isinstance(a, Tensor) else a) else "cpu"
+            device = "gpu" if is_cupy_array(term.value) else "cpu"
         else:
             continue
         if isinstance(a, Tensor) and a._tape is tape:
@@ -287,122 +284,87 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
         return None
     kind, dtype, compute, shape = result
     floats = compute if compute is not None else \
-        next((a._pending.floats for a in pendings if a._pending.floats is not None), None)
-    mixed = [a for a in pendings if a._pending.floats not in (None, floats)]
+        next((a.pending.floats for a in pendings if a.pending.floats is not None), None)
+    mixed = [a for a in pendings if a.pending.floats not in (None, floats)]
     if mixed:   # one kernel computes in one float type: a part computed in another one runs first
         for a in mixed:
             a.value
         return defer(name, args, tape)
     p = Pending()
-    p.op, p.args, p.shape, p.kind, p.dtype, p.tape, p.device = name, tuple(args), shape, kind, dtype, tape, where
-    p.floats = floats
+    p.row, p.args, p.terms, p.shape, p.kind, p.dtype = row, tuple(args), tuple(terms), shape, kind, dtype
+    p.tape, p.device, p.floats = tape, where, floats
     members.add(id(p))
     p.members, p.leaf_ids = frozenset(members), frozenset(leaf_ids)
     t = Tensor.deferred(p, tape if tracked else None)  # comparisons of tracked values are constants
     p.owner = weakref.ref(t)
-    tape.deferred.append(p.owner)
+    tape.defer(t)
     _stats["deferred"] += 1
     return t
 
 
-def _collect(root: Pending):
-    """The pending DAG under ``root`` in topological order, its leaves, and its canonical structure."""
+def _order(root: Pending) -> list:
+    """The pending DAG under ``root`` in topological order (depth first, the last argument first):
+    the deferred Tensors computed since it was built are leaves now."""
     order: list[Pending] = []
-    index: dict[int, int] = {}
-    leaves: list = []
-    leaf_index: dict[int, int] = {}
+    done: set = set()
     stack = [(root, False)]
     while stack:
         p, expanded = stack.pop()
-        if id(p) in index:
+        if id(p) in done:
             continue
         if expanded:
-            index[id(p)] = len(order)
+            done.add(id(p))
             order.append(p)
             continue
         stack.append((p, True))
         for a in p.args:
-            if isinstance(a, Tensor) and a._pending is not None and id(a._pending) not in index:
-                stack.append((a._pending, False))
-    nodes = []
+            q = a.pending if isinstance(a, Tensor) else None
+            if q is not None and id(q) not in done:
+                stack.append((q, False))
+    return order
+
+
+def _expression(order: list):
+    """The expression of the DAG in ``order`` (its root's call), made of the terms the ops kept."""
+    calls: dict = {}
     for p in order:
-        refs = []
-        for a in p.args:
-            if isinstance(a, Tensor) and a._pending is not None:
-                refs.append(("n", index[id(a._pending)]))
-            elif isinstance(a, Tensor) or (hasattr(a, "shape") and not isinstance(a, (np.integer, np.bool_))):
-                k = leaf_index.get(id(a))
-                if k is None:
-                    k = leaf_index[id(a)] = len(leaves)
-                    leaves.append(a)
-                refs.append(("l", k))
-            else:
-                refs.append(("c", type(a).__name__, repr(a), a))
-        nodes.append((p.op, tuple(refs)))
-    tape = root.tape
-    leaf_keys = []
-    for a in leaves:
-        kind, dtype, _ = _describe(a)
-        tracked = isinstance(a, Tensor) and a._tape is tape and kind == "f"
-        leaf_keys.append((kind, dtype.str, tracked))
-    structure = (tuple((op, tuple(r[:3] for r in refs)) for op, refs in nodes), tuple(leaf_keys))
-    return order, nodes, leaves, structure
-
-
-def _build_ir(nodes: list, n_leaves: int) -> Function:
-    """The IR of a pending DAG, named as the frontend names things (parameters ``v_*``, temporaries
-    ``t<n>``), so that the compiler's passes can add their own names without a clash."""
-    params = [f"v_leaf{k}" for k in range(n_leaves)]
-    body = []
-    subroutines: dict = {}
-    for i, (op, refs) in enumerate(nodes):
-        args = tuple(Var(f"t{r[1]}") if r[0] == "n" else Var(params[r[1]]) if r[0] == "l" else Const(_const(r[3]))
-                     for r in refs)
-        body.append(Assign(f"t{i}", Call(op, args)))
-        if op in RULES:
-            subroutines.update(RULES[op].subroutines())
-    body.append(Return((Var(f"t{len(nodes) - 1}"),)))
-    return Function("fused", params, body, temps={f"t{i}" for i in range(len(nodes))},
-                    subroutines=subroutines)
-
-
-def _const(value):
-    return value.item() if isinstance(value, np.generic) else value
+        args = []
+        for a, term in zip(p.args, p.terms):
+            if term is None:   # deferred when the op was: its call, or a leaf once computed since
+                q = a.pending
+                term = calls[id(q)] if q is not None else _term(a, p.tape)
+            args.append(term)
+        calls[id(p)] = call(p.row, *args)
+    return calls[id(order[-1])]
 
 
 def _compute(tensor: Tensor, root: Pending) -> None:
-    order, nodes, leaves, structure = _collect(root)
+    order = _order(root)
     _stats["computed"] += 1
-    if len(nodes) == 1:  # one primitive saves no pass over memory: numpy's op is cheaper to call
+    if len(order) == 1:  # one primitive saves no pass over memory: numpy's op is cheaper to call
         _op_by_op(order, tensor)
         return
-    if not is_compiled_ir(structure):
+    fn = ExpressionFunction([_expression(order)], name="fused")
+    if not fn.is_compiled:
         if len(_seen) > _SEEN_LIMIT:
             _seen.clear()
-        _seen[structure] += 1
+        _seen[fn.key] += 1
         _changes[0] += 1
-        if _seen[structure] < _settings["compile_after"]:
+        if _seen[fn.key] < _settings["compile_after"]:
             _op_by_op(order, tensor)
             return
         _stats["kernels_built"] += 1
-    cf = compiled_ir(structure, lambda: _build_ir(nodes, len(leaves)))
-    tape = root.tape
-    kinds, float_dtype, arrays, shape = prepare([a.value if isinstance(a, Tensor) else a for a in leaves],
-                                                "fused", root.floats)
-    wrt = tuple(k for k, key in enumerate(structure[1]) if key[2])
-    dual, outs = cf.run(arrays, kinds, float_dtype, wrt, shape)
+    dual, outs = fn.run(root.floats)
     _stats["fused_launches"] += 1
-    _stats["fused_ops"] += len(nodes)
-    tensor._pending = None
-    if not wrt:
-        tensor._value = outs[0]
+    _stats["fused_ops"] += len(order)
+    if not fn.wrt:
+        bind(tensor, outs[0])
         return
     partials = dict(dual.constants)
     for (m, k), array in zip(dual.slots, outs[1:]):
         partials[(m, k)] = array
-    with recording(tape):
-        result = broadcast_node("fused", leaves, [outs[0]], partials, fresh=True)
-    tensor._value, tensor._slot = result._value, result._slot
+    with recording(root.tape):
+        bind(tensor, broadcast_node("fused", fn.sources, [outs[0]], partials, fresh=True))
 
 
 def _op_by_op(order: list, tensor: Tensor) -> None:
@@ -410,12 +372,8 @@ def _op_by_op(order: list, tensor: Tensor) -> None:
     deferred Tensor of it receives its value, so later uses do not compute it again."""
     with recording(order[-1].tape):
         for p in order:
-            result = apply_primitive_now(p.op, *p.args)
+            result = apply_primitive_now(p.row.name, *p.args)
             _stats["op_by_op"] += 1
             owner = tensor if p is order[-1] else p.owner()
-            if owner is not None and owner._pending is p:
-                owner._pending = None
-                if isinstance(result, Tensor):
-                    owner._value, owner._slot = result._value, result._slot
-                else:
-                    owner._value = result
+            if owner is not None and owner.pending is p:
+                bind(owner, result)

@@ -108,7 +108,8 @@ def test_the_adjoint_never_reuses_a_name_the_function_has():
     """Single assignment renames variables to a<n>; an IR whose own names look like that stays right."""
     import numpy as np
 
-    from minflux.compiler.compiled import compiled_ir
+    from minflux.compiler.compiled import CompiledFunction
+    from minflux.compiler.frontend import Parsed
     from minflux.compiler.ir import Assign, Call, Const, Function, Return, Var
 
     def build():
@@ -116,7 +117,7 @@ def test_the_adjoint_never_reuses_a_name_the_function_has():
                                                Assign("a3", Call("add", (Var("a2"), Var("a1")))),
                                                Return((Var("a3"),))], temps={"a2", "a3"})
 
-    cf = compiled_ir(("adjoint name clash",), build)
+    cf = CompiledFunction(None, Parsed(build(), []))
     x, y = np.array([2.0, 4.0]), np.array([1.0, 1.0])
     dual, outs = cf.run([x, y], ("f", "f"), np.float64, (0, 1), (2,), "adjoint")
     np.testing.assert_allclose(outs[0], 0.5 * x + y)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minflux.compiler import compiled as compiled_functions
+from minflux.compiler import arguments
 from minflux.compiler.compiled import compiled, prepare, primal
 
 
@@ -44,7 +44,7 @@ def test_primal_runs_without_partials():
 
 
 def test_shape_keyed_caches_are_bounded():
-    assert compiled_functions._broadcast_shape.cache_info().maxsize is not None
-    assert compiled_functions._float_dtype.cache_info().maxsize is not None
+    assert arguments.broadcast_shape.cache_info().maxsize is not None
+    assert arguments.float_dtype_of.cache_info().maxsize is not None
     from minflux.compiler import layout
     assert layout._plan.cache_info().maxsize is not None

@@ -1,0 +1,271 @@
+"""Scalar functions built from expressions instead of Python source.
+
+A caller that holds a computation as data -- primitives applied to values, as the fusion of deferred
+elementwise ops does -- builds it here and gets the same `CompiledFunction` that `compiled(fn)`
+gives for Python source, with every cache that comes with it. An expression is an `argument` (a
+value the function is called with: an array or a number, classified once, when the argument is
+made), a `constant` (a number compiled into the kernel) or a `call` of a primitive of the
+derivative table (a `Primitive` row, a `scalar_rule`, or a table name). `ExpressionFunction` turns
+output expressions into a function: its canonical structure (`key`) names it, so the same
+structure over other values reuses one compiled function, and `run` converts the arguments once and
+evaluates the function with the partials of the arguments made with ``wrt=True``.
+
+>>> import numpy as np
+>>> x = argument(np.array([0.0, 1.0]), wrt=True)
+>>> y = call("add", call("tanh", x), 1.5)
+>>> f = ExpressionFunction([y])
+>>> dual, outs = f.run()
+>>> outs[0], outs[1]             # tanh(x) + 1.5, then d/dx = 1 - tanh(x)**2
+(array([1.5       , 2.26159416]), array([1.        , 0.41997434]))
+>>> same = call("add", call("tanh", argument(np.ones(3), wrt=True)), 1.5)   # other values, same structure
+>>> ExpressionFunction([same]).compiled is f.compiled
+True
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import get_array_module
+from .arguments import classify, converted, float_dtype_of
+from .compiled import CompiledFunction
+from .frontend import Parsed
+from .ir import Assign, Call, Const, Function, Return, Var, const_kind, result_kind
+from .rules import TABLE, Primitive
+from .scalar_rule import ScalarRule, rule_of
+
+__all__ = ["Expression", "ExpressionFunction", "argument", "call", "constant"]
+
+_ARGUMENT, _CONSTANT, _CALL = "argument", "constant", "call"
+
+
+class Expression:
+    """One node of a scalar expression: an argument, a constant or a primitive call (made by
+    `argument`, `constant` and `call`). ``kind`` is its IR kind (``"b"``, ``"i"``, ``"f"``).
+
+    >>> import numpy as np
+    >>> call("less", argument(np.ones(2)), 0.5).kind
+    'b'
+    """
+
+    __slots__ = ("role", "row", "args", "kind", "dtype", "value", "wrt", "source")
+
+    def __init__(self, role: str, row, args: tuple, kind: str, dtype=None, value=None, wrt: bool = False,
+                 source=None):
+        self.role, self.row, self.args, self.kind, self.dtype = role, row, args, kind, dtype
+        self.value, self.wrt, self.source = value, wrt, source
+
+    def __repr__(self):
+        if self.role == _CALL:
+            return f"{self.row.name}({', '.join(map(repr, self.args))})"
+        if self.role == _CONSTANT:
+            return repr(self.value)
+        return f"argument({self.kind}{', wrt' if self.wrt else ''})"
+
+
+def argument(value, wrt: bool = False, source=None) -> Expression:
+    """An argument of the function: an array or a number, classified (kind and dtype) here, once.
+
+    ``wrt=True`` asks for the partials with respect to it (float arguments only). Arguments with the
+    same ``source`` (default: the value itself) are one parameter of the function; a caller that
+    wraps arrays passes its wrapper, and gets it back in `ExpressionFunction.sources`.
+
+    >>> import numpy as np
+    >>> a = argument(np.arange(3, dtype=np.int32))
+    >>> a.kind, a.dtype
+    ('i', dtype('int32'))
+    """
+    found = classify(value)
+    if found is None:
+        what = f"has dtype {value.dtype}" if hasattr(value, "dtype") else f"is a {type(value).__name__}"
+        raise TypeError(f"argument(): the value {what}; pass float, int or bool arrays or numbers")
+    kind, dtype = found
+    if wrt and kind != "f":
+        raise ValueError(f"argument(wrt=True): only float arguments have partials, this one's kind is "
+                         f"{kind!r}")
+    return Expression(_ARGUMENT, None, (), kind, dtype, value, bool(wrt), value if source is None else source)
+
+
+def constant(value) -> Expression:
+    """A number compiled into the function: a Python or numpy bool, int or float.
+
+    >>> constant(0.5).kind, constant(True).kind
+    ('f', 'b')
+    """
+    if not isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
+        raise TypeError(f"constant(): a {type(value).__name__} is not a number; pass arrays as argument()")
+    number = value.item() if isinstance(value, np.generic) else value
+    return Expression(_CONSTANT, None, (), const_kind(number), None, value)
+
+
+def _row(primitive) -> Primitive:
+    """The derivative table's row for ``primitive``: a row, a scalar rule (or a function made by
+    ``mf.scalar_rule``), a table name or an op that names its primitive (``mf.tanh``)."""
+    primitive = getattr(primitive, "__scalar_rule__", primitive)
+    primitive = getattr(primitive, "__primitive__", primitive)
+    if isinstance(primitive, ScalarRule):
+        primitive = primitive.row
+    if isinstance(primitive, str):
+        row = TABLE.get(primitive)
+        if row is None:
+            raise ValueError(f"call(): unknown primitive {primitive!r}; use a name of the derivative table "
+                             "(minflux.compiler.rules.TABLE) or add a row with define()")
+        return row
+    if isinstance(primitive, Primitive):
+        if TABLE.get(primitive.name) is not primitive:
+            raise ValueError(f"call(): the primitive row {primitive.name!r} is not the table's row of that "
+                             "name; add it with define()")
+        return primitive
+    raise TypeError(f"call(): a {type(primitive).__name__} is not a primitive; pass a Primitive row, a "
+                    "scalar rule or a table name")
+
+
+def call(primitive, *args) -> Expression:
+    """``primitive(*args)``: a primitive of the derivative table (its `Primitive` row, a
+    `ScalarRule`, or its table name) applied to expressions (numbers become constants).
+
+    >>> import numpy as np
+    >>> call("multiply", argument(np.ones(2)), 2)
+    multiply(argument(f), 2)
+    """
+    row = _row(primitive)
+    if len(args) != row.arity:
+        raise TypeError(f"call(): {row.name} takes {row.arity} argument(s), got {len(args)}")
+    args = tuple(a if isinstance(a, Expression) else constant(a) for a in args)
+    return Expression(_CALL, row, args, result_kind(row.name, [a.kind for a in args]))
+
+
+_built: dict = {}
+_BUILT_LIMIT = 1024
+
+
+class ExpressionFunction:
+    """The scalar function of output expressions, over the arguments they use.
+
+    ``key`` is the canonical structure (primitives, constants, the arguments' kinds, dtypes and
+    ``wrt``): functions with equal keys share one `compiled` function. ``arguments`` are the
+    distinct arguments in parameter order, ``sources`` their sources, ``kinds`` their kinds and
+    ``wrt`` the positions of those made with ``wrt=True``; ``calls`` are the distinct calls in the
+    order the function computes them.
+
+    >>> import numpy as np
+    >>> x = argument(np.ones(2), wrt=True)
+    >>> f = ExpressionFunction([call("multiply", x, x), call("negative", x)])
+    >>> f.kinds, f.wrt, f.compiled.n_params
+    (('f',), (0,), 1)
+    """
+
+    def __init__(self, outputs, name: str = "fused"):
+        outputs = list(outputs)
+        if not outputs or not all(isinstance(o, Expression) for o in outputs):
+            raise TypeError("ExpressionFunction takes a non-empty list of expressions (argument, constant, "
+                            "call)")
+        self.name = name
+        self.outputs = outputs
+        self.calls = _topological(outputs)
+        index = {id(c): i for i, c in enumerate(self.calls)}
+        leaf_index: dict = {}
+        self.arguments: list = []
+
+        def ref(e):
+            if e.role == _CALL:
+                return ("n", index[id(e)])
+            if e.role == _CONSTANT:
+                return ("c", type(e.value).__name__, repr(e.value))
+            k = leaf_index.get(id(e.source))
+            if k is None:
+                k = leaf_index[id(e.source)] = len(self.arguments)
+                self.arguments.append(e)
+            elif e is not self.arguments[k] and (e.kind, e.dtype, e.wrt) != (
+                    (first := self.arguments[k]).kind, first.dtype, first.wrt):
+                raise ValueError("ExpressionFunction: two arguments of one source differ in kind, dtype or "
+                                 "wrt")
+            return ("l", k)
+
+        nodes = tuple([(c.row.name, tuple([ref(a) for a in c.args])) for c in self.calls])
+        returns = tuple([ref(o) for o in outputs])
+        self.sources = [a.source for a in self.arguments]
+        self.kinds = tuple([a.kind for a in self.arguments])
+        self.wrt = tuple([k for k, a in enumerate(self.arguments) if a.wrt])
+        leaves = tuple([(a.kind, None if a.dtype is None else a.dtype.str, a.wrt) for a in self.arguments])
+        self.key = (name, nodes, leaves, returns)
+
+    @property
+    def is_compiled(self) -> bool:
+        """Whether a function of this structure has been compiled in this process."""
+        return self.key in _built
+
+    @property
+    def compiled(self) -> CompiledFunction:
+        """The `CompiledFunction` of this structure (built on first use, then shared)."""
+        cf = _built.get(self.key)
+        if cf is None:
+            function = self.function()
+            if len(_built) >= _BUILT_LIMIT:
+                # the oldest structure goes; its machine code stays loaded in the backend and on disk,
+                # so building that structure again redoes the IR passes only
+                del _built[next(iter(_built))]
+            cf = _built[self.key] = CompiledFunction(None, Parsed(function, []))
+            cf.name = function.name
+        return cf
+
+    def function(self) -> Function:
+        """The untyped IR, named as the frontend names things (parameters ``v_*``, temporaries
+        ``t<n>``), so that the compiler's passes can add their own names without a clash."""
+        params = [f"v_leaf{k}" for k in range(len(self.arguments))]
+        position = {id(a.source): k for k, a in enumerate(self.arguments)}
+        index = {id(c): i for i, c in enumerate(self.calls)}
+
+        def atom(e):
+            if e.role == _CALL:
+                return Var(f"t{index[id(e)]}")
+            if e.role == _CONSTANT:
+                return Const(e.value.item() if isinstance(e.value, np.generic) else e.value)
+            return Var(params[position[id(e.source)]])
+
+        body, subroutines = [], {}
+        for i, c in enumerate(self.calls):
+            body.append(Assign(f"t{i}", Call(c.row.name, tuple([atom(a) for a in c.args]))))
+            rule = rule_of(c.row)
+            if rule is not None:
+                subroutines.update(rule.subroutines())
+        body.append(Return(tuple([atom(o) for o in self.outputs])))
+        return Function(self.name, params, body, temps={f"t{i}" for i in range(len(self.calls))},
+                        subroutines=subroutines, n_outputs=len(self.outputs))
+
+    def run(self, float_dtype=None, mode: str = "auto"):
+        """Evaluate the function on its arguments; returns ``(dual, outputs)`` as
+        `CompiledFunction.run` does: the outputs, then one partial per entry of ``dual.slots``.
+
+        The arguments are converted here, once, to their kinds' dtypes in the kernel's float type:
+        ``float_dtype``, or the float arguments' promoted type (float64 without any).
+        """
+        values = [a.value for a in self.arguments]
+        xp = get_array_module(*values, op=f"elementwise function {self.name}")
+        if float_dtype is None:
+            float_dtype = float_dtype_of(tuple([a.dtype for a in self.arguments
+                                                if a.kind == "f" and a.dtype is not None]))
+        else:
+            float_dtype = np.dtype(float_dtype)
+        arrays, shape = converted(values, self.kinds, float_dtype, xp, self.name)
+        return self.compiled.run(arrays, self.kinds, float_dtype, self.wrt, shape, mode)
+
+
+def _topological(outputs: list) -> list:
+    """The distinct calls under ``outputs``, each after the calls it reads (depth first from the
+    first output on, the last argument's subtree first)."""
+    order: list = []
+    done: set = set()
+    stack = [(o, False) for o in reversed(outputs) if o.role == _CALL]
+    while stack:
+        e, expanded = stack.pop()
+        if id(e) in done:
+            continue
+        if expanded:
+            done.add(id(e))
+            order.append(e)
+            continue
+        stack.append((e, True))
+        for a in e.args:
+            if a.role == _CALL and id(a) not in done:
+                stack.append((a, False))
+    return order

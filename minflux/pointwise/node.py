@@ -7,6 +7,7 @@ A broadcast's Jacobian is diagonal per input, so for outputs ``y_m`` and differe
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -29,8 +30,8 @@ def _finish(acc, shape, dtype):
 
 def _may_be_nonfinite(x) -> bool:
     """False when every element of ``x`` is known finite (checked on the host only, never on a GPU)."""
-    if type(x) is np.ndarray:
-        return not np.isfinite(x.sum())   # the method: the np.sum wrapper costs more than a small sum
+    if type(x) is np.ndarray:   # the method and math's test: numpy's wrappers cost more than a small sum
+        return not math.isfinite(x.sum()) if x.dtype.kind != "c" else not np.isfinite(x.sum())
     if isinstance(x, np.generic):
         return not np.isfinite(x)
     return True  # device data: asking would copy to the host; the guarded product is always right

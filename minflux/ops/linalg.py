@@ -7,6 +7,7 @@ from ..broadcasting import sum_to
 from ..matrix_product import matmul as product
 from ..product_gradient import ProductGradient
 from ._common import shape_of, value_of
+from ._shared_transpose import shared_transpose
 
 
 def matmul(a, b):
@@ -28,6 +29,7 @@ def matmul(a, b):
         raise ValueError(f"mf.matmul: shapes {sa} and {sb} do not match (the last axis of the first "
                          "must equal the second-to-last axis of the second, and leading axes must "
                          "broadcast)") from e
+    b_transposed = shared_transpose(b, bv) if bv.ndim == 2 else None
 
     def vjp(g, needs):
         a2 = av[None, :] if av.ndim == 1 else av
@@ -38,7 +40,8 @@ def matmul(a, b):
             g = xp.expand_dims(g, -2)
         ga = gb = None
         if needs[0]:
-            ga = sum_to(product(g, xp.swapaxes(b2, -1, -2)), a2.shape).reshape(sa)
+            b_t = b_transposed.get() if b_transposed is not None else xp.swapaxes(b2, -1, -2)
+            ga = sum_to(product(g, b_t), a2.shape).reshape(sa)
         if needs[1]:
             if a2.ndim == 2 and bv.ndim == 2:  # kept as factors: see ProductGradient
                 gb = ProductGradient(a2, g)

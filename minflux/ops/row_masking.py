@@ -15,6 +15,7 @@ from ..matrix_product import matmul as product
 from ..product_gradient import ProductGradient
 from ..schedule import operation
 from ._common import value_of
+from ._shared_transpose import shared_transpose
 
 SKIP_MIN_FRACTION = 0.2
 """The fraction of rows the mask must drop before their columns are left out of the product."""
@@ -47,10 +48,12 @@ def row_masked_matmul(x, w, keep, columns: int):
         raise ValueError(f"mf.row_masked_matmul: columns must lie in [0, {wv.shape[1]}], got {columns}")
     rows = kv.reshape(-1)
     out = _forward(xv, wv, rows, columns)
+    w_transposed = shared_transpose(w, wv)
 
     def vjp(g, needs):
         g = _masked(g, rows, columns)
-        return [product(g, wv.T) if needs[0] else None, ProductGradient(xv, g) if needs[1] else None]
+        return [product(g, w_transposed.get()) if needs[0] else None,
+                ProductGradient(xv, g) if needs[1] else None]
 
     return record("row_masked_matmul", out, [x, w], vjp)
 

@@ -29,6 +29,7 @@ from ..pointwise.lazy import set_fusion
 from ..tensor import Tensor
 
 GENERATOR = "generator"
+_SCALARS = frozenset({int, float, bool, str, type(None)})
 
 
 def settings() -> tuple:
@@ -60,22 +61,42 @@ def flatten(args: tuple) -> Flat:
     values: dict = {}
     containers: dict = {}
 
+    def leaf(x, place, kind):
+        first = seen.get(id(x))
+        if first is not None:
+            key.append(("tied", first))
+            places[first].append(place)
+            return
+        seen[id(x)] = len(leaves)
+        leaves.append(x)
+        places.append([place])
+        key.append(kind)
+
     def visit(x, place):
+        cls = x.__class__
+        if cls is np.ndarray:       # the common cases first, each as `tree.children` would see it
+            leaf(x, place, ("array", x.shape, x.dtype.str, "cpu"))
+            return
+        if cls in _SCALARS:
+            values[place] = x
+            key.append(("value", (cls, x)))
+            return
+        if cls is list or cls is tuple or cls is dict:
+            items = enumerate(x) if cls is not dict else x.items()
+            if cls is not tuple:
+                containers.setdefault(id(x), place)
+            kids = list(items)
+            key.append(("node", cls, tuple(k for k, _ in kids)))
+            for k, child in kids:
+                visit(child, place + (k,))
+            return
         if isinstance(x, Tensor):
             x = x.value
-        if is_array(x) or isinstance(x, np.random.Generator):
-            first = seen.get(id(x))
-            if first is not None:
-                key.append(("tied", first))
-                places[first].append(place)
-                return
-            seen[id(x)] = len(leaves)
-            leaves.append(x)
-            places.append([place])
-            if isinstance(x, np.random.Generator):
-                key.append((GENERATOR,))
-            else:
-                key.append(("array", x.shape, x.dtype.str, "gpu" if is_cupy_array(x) else "cpu"))
+        if is_array(x):
+            leaf(x, place, ("array", x.shape, x.dtype.str, "gpu" if is_cupy_array(x) else "cpu"))
+            return
+        if isinstance(x, np.random.Generator):
+            leaf(x, place, (GENERATOR,))
             return
         kids = tree.children(x)
         if kids is None:

@@ -38,15 +38,17 @@ class Tape:
         self.slots = 0
         self.deferred: list = []
 
-    def defer(self, tensor: Tensor) -> None:
-        """Remember deferred ``tensor`` (weakly): `compute_deferred` computes it if it is still
-        alive and deferred then, so that the backward pass sees every node it will record.
+    def defer(self, tensor: Tensor) -> weakref.ref:
+        """Remember deferred ``tensor`` by a weak reference (returned): `compute_deferred` computes
+        it before the backward pass if it is still alive and deferred.
 
-        >>> tape = Tape()
-        >>> tape.defer(Tensor(1.0)); len(tape.deferred)
-        1
+        >>> tape, t = Tape(), Tensor(1.0)
+        >>> tape.defer(t)() is t, len(tape.deferred)
+        (True, 1)
         """
-        self.deferred.append(weakref.ref(tensor))
+        ref = weakref.ref(tensor)
+        self.deferred.append(ref)
+        return ref
 
     def compute_deferred(self) -> None:
         """Compute every deferred Tensor of this tape that is still alive."""
@@ -226,23 +228,13 @@ def record(name: str, value, args: Sequence[Any], vjp: Callable, multi: bool = F
 
 def bind(tensor: Tensor, result) -> None:
     """Give deferred ``tensor`` the value an op computed for it: ``result`` is what the op returned.
+    A Tensor recorded by `record` hands over its value and its output slot (the node's output is
+    ``tensor`` from then on); an untracked Tensor or an array hands over its value only.
 
-    A Tensor recorded on the tape (by `record`) hands ``tensor`` its value and its output slot, so
-    the recorded node's output is ``tensor`` from now on, for every op that already holds it; an
-    untracked Tensor or a plain array hands over its value only.
-
-    >>> import minflux as mf, numpy as np
-    >>> class Twice:                     # a pending value: its shape, dtype and how to compute it
-    ...     shape, dtype = (2,), np.dtype(np.float64)
-    ...     def __init__(self, x):
-    ...         self.x = x
-    ...     def compute(self, tensor):
-    ...         bind(tensor, record("twice", 2 * self.x.value, [self.x], lambda g, needs: [2 * g]))
-    >>> def f(x):
-    ...     y = Tensor.deferred(Twice(x), active_tape())
-    ...     return mf.sum(y * x)         # the product reads y: its node is recorded then
-    >>> mf.gradient(f, np.array([1.0, 3.0]))[0]
-    array([ 4., 12.])
+    >>> import numpy as np
+    >>> t = Tensor.deferred(object(), None)     # a pending computation (`Tensor.deferred`) not run yet
+    >>> bind(t, np.ones(2)); t.is_deferred, t.value
+    (False, array([1., 1.]))
     """
     if isinstance(result, Tensor):
         tensor._value, tensor._slot = result._value, result._slot

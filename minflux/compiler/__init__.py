@@ -7,14 +7,14 @@ computation held as data, as the fusion of deferred elementwise ops holds it). T
 elementwise work lives in `minflux.pointwise`.
 
 >>> import numpy as np
->>> from minflux.compiler import ExpressionFunction, argument, call
->>> f = ExpressionFunction([call("multiply", argument(np.arange(3.0), wrt=True), 2.0)])
->>> dual, outs = f.run()
+>>> from minflux.compiler import FunctionBuilder, argument
+>>> b = FunctionBuilder()
+>>> dual, outs = b.build([b.call("multiply", argument(np.arange(3.0), wrt=True), 2.0)]).run()
 >>> outs, dual.constants       # the value; its partial 2 is a constant, never an array
 ([array([0., 2., 4.])], {(0, 0): 2.0})
 """
 from .compiled import CompiledFunction, compiled, prepare, primal
-from .expressions import Expression, ExpressionFunction, argument, call, constant
+from .expressions import Expression, ExpressionFunction, FunctionBuilder, argument, constant
 
-__all__ = ["CompiledFunction", "Expression", "ExpressionFunction", "argument", "call", "compiled", "constant",
-           "prepare", "primal"]
+__all__ = ["CompiledFunction", "Expression", "ExpressionFunction", "FunctionBuilder", "argument", "compiled",
+           "constant", "prepare", "primal"]

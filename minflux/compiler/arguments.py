@@ -38,6 +38,10 @@ def classify(value) -> tuple[str, np.dtype | None] | None:
     >>> classify(True), classify(np.int64(3)), classify(np.float32(1.5)), classify(np.ones(2, complex))
     (('b', None), ('i', None), ('f', dtype('float32')), None)
     """
+    if value.__class__ is np.ndarray:   # the common case first
+        dtype = value.dtype
+        kind = _ARRAY_KINDS.get(dtype.kind)
+        return None if kind is None else (kind, dtype)
     if isinstance(value, (bool, np.bool_)):
         return "b", None
     if isinstance(value, (int, np.integer)):

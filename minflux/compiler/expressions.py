@@ -4,21 +4,22 @@ A caller that holds a computation as data -- primitives applied to values, as th
 elementwise ops does -- builds it here and gets the same `CompiledFunction` that `compiled(fn)`
 gives for Python source, with every cache that comes with it. An expression is an `argument` (a
 value the function is called with: an array or a number, classified once, when the argument is
-made), a `constant` (a number compiled into the kernel) or a `call` of a primitive of the
-derivative table (a `Primitive` row, a `scalar_rule`, or a table name). `ExpressionFunction` turns
-output expressions into a function: its canonical structure (`key`) names it, so the same
-structure over other values reuses one compiled function, and `run` converts the arguments once and
-evaluates the function with the partials of the arguments made with ``wrt=True``.
+made), a `constant` (a number compiled into the kernel) or a call of a primitive of the derivative
+table (a `Primitive` row, a `scalar_rule`, or a table name) made by a `FunctionBuilder`, which
+computes its calls in the order they were made, like the statements of a function. `build` gives
+the `ExpressionFunction` of some outputs: its canonical structure (``key``) names it, so the same
+structure over other values reuses one compiled function, and ``run`` converts the arguments once
+and evaluates the function with the partials of the arguments made with ``wrt=True``.
 
 >>> import numpy as np
+>>> b = FunctionBuilder()
 >>> x = argument(np.array([0.0, 1.0]), wrt=True)
->>> y = call("add", call("tanh", x), 1.5)
->>> f = ExpressionFunction([y])
+>>> f = b.build([b.call("add", b.call("tanh", x), 1.5)])
 >>> dual, outs = f.run()
 >>> outs[0], outs[1]             # tanh(x) + 1.5, then d/dx = 1 - tanh(x)**2
 (array([1.5       , 2.26159416]), array([1.        , 0.41997434]))
->>> same = call("add", call("tanh", argument(np.ones(3), wrt=True)), 1.5)   # other values, same structure
->>> ExpressionFunction([same]).compiled is f.compiled
+>>> b = FunctionBuilder()          # other values, the same structure: the same compiled function
+>>> b.build([b.call("add", b.call("tanh", argument(np.ones(3), wrt=True)), 1.5)]).compiled is f.compiled
 True
 """
 from __future__ import annotations
@@ -33,17 +34,19 @@ from .ir import Assign, Call, Const, Function, Return, Var, const_kind, result_k
 from .rules import TABLE, Primitive
 from .scalar_rule import ScalarRule, rule_of
 
-__all__ = ["Expression", "ExpressionFunction", "argument", "call", "constant"]
+__all__ = ["Expression", "ExpressionFunction", "FunctionBuilder", "argument", "constant"]
 
 _ARGUMENT, _CONSTANT, _CALL = "argument", "constant", "call"
 
 
 class Expression:
     """One node of a scalar expression: an argument, a constant or a primitive call (made by
-    `argument`, `constant` and `call`). ``kind`` is its IR kind (``"b"``, ``"i"``, ``"f"``).
+    `argument`, `constant` and `FunctionBuilder.call`). ``kind`` is its IR kind (``"b"``, ``"i"``,
+    ``"f"``); an argument's ``source`` is the object it stands for, a constant's its canonical
+    description.
 
     >>> import numpy as np
-    >>> call("less", argument(np.ones(2)), 0.5).kind
+    >>> FunctionBuilder().call("less", argument(np.ones(2)), 0.5).kind
     'b'
     """
 
@@ -94,7 +97,8 @@ def constant(value) -> Expression:
     if not isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
         raise TypeError(f"constant(): a {type(value).__name__} is not a number; pass arrays as argument()")
     number = value.item() if isinstance(value, np.generic) else value
-    return Expression(_CONSTANT, None, (), const_kind(number), None, value)
+    return Expression(_CONSTANT, None, (), const_kind(number), None, value, False,
+                      ("c", type(value).__name__, repr(value)))
 
 
 def _row(primitive) -> Primitive:
@@ -119,75 +123,129 @@ def _row(primitive) -> Primitive:
                     "scalar rule or a table name")
 
 
-def call(primitive, *args) -> Expression:
-    """``primitive(*args)``: a primitive of the derivative table (its `Primitive` row, a
-    `ScalarRule`, or its table name) applied to expressions (numbers become constants).
-
-    >>> import numpy as np
-    >>> call("multiply", argument(np.ones(2)), 2)
-    multiply(argument(f), 2)
-    """
-    row = _row(primitive)
-    if len(args) != row.arity:
-        raise TypeError(f"call(): {row.name} takes {row.arity} argument(s), got {len(args)}")
-    args = tuple(a if isinstance(a, Expression) else constant(a) for a in args)
-    return Expression(_CALL, row, args, result_kind(row.name, [a.kind for a in args]))
-
-
+_RESULT_KINDS: dict = {}   # (result rule of a row, argument kinds) -> result kind
 _built: dict = {}
 _BUILT_LIMIT = 1024
 
 
-class ExpressionFunction:
-    """The scalar function of output expressions, over the arguments they use.
-
-    ``key`` is the canonical structure (primitives, constants, the arguments' kinds, dtypes and
-    ``wrt``): functions with equal keys share one `compiled` function. ``arguments`` are the
-    distinct arguments in parameter order, ``sources`` their sources, ``kinds`` their kinds and
-    ``wrt`` the positions of those made with ``wrt=True``; ``calls`` are the distinct calls in the
-    order the function computes them.
+class FunctionBuilder:
+    """Builds one scalar function: `call` adds a primitive call, computed in the order calls are
+    made (like the statements of a function), and `build` gives the function of some outputs.
 
     >>> import numpy as np
-    >>> x = argument(np.ones(2), wrt=True)
-    >>> f = ExpressionFunction([call("multiply", x, x), call("negative", x)])
-    >>> f.kinds, f.wrt, f.compiled.n_params
-    (('f',), (0,), 1)
+    >>> b = FunctionBuilder("double")
+    >>> x = argument(np.arange(3.0))
+    >>> b.build([b.call("add", x, x)]).run()[1]
+    [array([0., 2., 4.])]
     """
 
-    def __init__(self, outputs, name: str = "fused"):
-        outputs = list(outputs)
-        if not outputs or not all(isinstance(o, Expression) for o in outputs):
-            raise TypeError("ExpressionFunction takes a non-empty list of expressions (argument, constant, "
-                            "call)")
+    def __init__(self, name: str = "fused"):
         self.name = name
-        self.outputs = outputs
-        self.calls = _topological(outputs)
-        index = {id(c): i for i, c in enumerate(self.calls)}
-        leaf_index: dict = {}
+        self.calls: list = []
         self.arguments: list = []
+        self._nodes: list = []   # per call: (primitive name, the key of each argument)
+        self._refs: dict = {}    # id of a call, an argument or a source -> its key
 
-        def ref(e):
-            if e.role == _CALL:
-                return ("n", index[id(e)])
-            if e.role == _CONSTANT:
-                return ("c", type(e.value).__name__, repr(e.value))
-            k = leaf_index.get(id(e.source))
-            if k is None:
-                k = leaf_index[id(e.source)] = len(self.arguments)
-                self.arguments.append(e)
-            elif e is not self.arguments[k] and (e.kind, e.dtype, e.wrt) != (
-                    (first := self.arguments[k]).kind, first.dtype, first.wrt):
-                raise ValueError("ExpressionFunction: two arguments of one source differ in kind, dtype or "
-                                 "wrt")
-            return ("l", k)
+    def call(self, primitive, *args) -> Expression:
+        """``primitive(*args)``: a primitive of the derivative table (its `Primitive` row, a
+        `ScalarRule` or a function made by ``mf.scalar_rule``, a table name, or an op such as
+        ``mf.tanh``) applied to arguments, constants and calls of this builder (numbers become
+        constants).
 
-        nodes = tuple([(c.row.name, tuple([ref(a) for a in c.args])) for c in self.calls])
-        returns = tuple([ref(o) for o in outputs])
-        self.sources = [a.source for a in self.arguments]
-        self.kinds = tuple([a.kind for a in self.arguments])
-        self.wrt = tuple([k for k, a in enumerate(self.arguments) if a.wrt])
-        leaves = tuple([(a.kind, None if a.dtype is None else a.dtype.str, a.wrt) for a in self.arguments])
-        self.key = (name, nodes, leaves, returns)
+        >>> import numpy as np
+        >>> FunctionBuilder().call("multiply", argument(np.ones(2)), 2)
+        multiply(argument(f), 2)
+        """
+        if primitive.__class__ is Primitive and TABLE.get(primitive.name) is primitive:
+            row = primitive
+        else:
+            row = _row(primitive)
+        if len(args) != row.arity:
+            raise TypeError(f"call(): {row.name} takes {row.arity} argument(s), got {len(args)}")
+        exprs, kinds, refs = [], [row.result], []
+        for a in args:
+            if a.__class__ is not Expression:
+                a = constant(a)
+            found = self._refs.get(id(a))
+            if found is None:
+                found = a.source if a.role == _CONSTANT else self._argument(a)
+            exprs.append(a)
+            kinds.append(a.kind)
+            refs.append(found)
+        key = tuple(kinds)
+        kind = _RESULT_KINDS.get(key)
+        if kind is None:
+            kind = _RESULT_KINDS[key] = result_kind(row.name, kinds[1:])
+        e = Expression(_CALL, row, tuple(exprs), kind)
+        self._refs[id(e)] = ("n", len(self.calls))
+        self.calls.append(e)
+        self._nodes.append((row.name, tuple(refs)))
+        return e
+
+    def _argument(self, e: Expression) -> tuple:
+        """The key of argument ``e``: ``("l", position)``, the position of its source's first argument."""
+        if e.role != _ARGUMENT:
+            raise ValueError("call(): an argument is a call made by another FunctionBuilder; make every call "
+                             "of one function with one builder")
+        found = self._refs.get(id(e.source))
+        if found is None:
+            found = self._refs[id(e.source)] = ("l", len(self.arguments))
+            self.arguments.append(e)
+        first = self.arguments[found[1]]
+        if e is not first and (e.kind, e.dtype, e.wrt) != (first.kind, first.dtype, first.wrt):
+            raise ValueError("call(): two arguments of one source differ in kind, dtype or wrt")
+        self._refs[id(e)] = found
+        return found
+
+    def build(self, outputs) -> "ExpressionFunction":
+        """The function computing this builder's calls, returning ``outputs`` (calls of this builder,
+        arguments or constants).
+
+        >>> import numpy as np
+        >>> b = FunctionBuilder()
+        >>> x = argument(np.ones(2), wrt=True)
+        >>> f = b.build([b.call("multiply", x, x), b.call("negative", x)])
+        >>> f.kinds, f.wrt, f.compiled.n_params
+        (('f',), (0,), 1)
+        """
+        outputs = list(outputs)
+        if not outputs or not all([o.__class__ is Expression for o in outputs]):
+            raise TypeError("build() takes a non-empty list of expressions (arguments, constants, calls)")
+        returns = []
+        for o in outputs:
+            found = self._refs.get(id(o))
+            if found is None:
+                found = o.source if o.role == _CONSTANT else self._argument(o)
+            returns.append(found)
+        return ExpressionFunction(self, outputs, tuple(returns))
+
+
+class ExpressionFunction:
+    """A scalar function built by a `FunctionBuilder`, over the arguments its calls use.
+
+    ``key`` is the canonical structure (the calls in order, constants, the arguments' kinds, dtypes
+    and ``wrt``): functions with equal keys share one `compiled` function. ``arguments`` are the
+    distinct arguments in parameter order, ``sources`` their sources, ``kinds`` their kinds and
+    ``wrt`` the positions of those made with ``wrt=True``; ``calls`` are the calls in the order the
+    function computes them.
+
+    >>> import numpy as np
+    >>> b = FunctionBuilder()
+    >>> f = b.build([b.call("sqrt", argument(np.full(2, 4.0)))])
+    >>> f.key
+    ('fused', (('sqrt', (('l', 0),)),), (('f', '<f8', False),), (('n', 0),))
+    """
+
+    def __init__(self, builder: FunctionBuilder, outputs: list, returns: tuple):
+        self.name = builder.name
+        self.outputs = outputs
+        self.calls = list(builder.calls)
+        self.arguments = arguments = list(builder.arguments)
+        self.sources = [a.source for a in arguments]
+        self.kinds = tuple([a.kind for a in arguments])
+        self.wrt = tuple([k for k, a in enumerate(arguments) if a.wrt])
+        leaves = tuple([(a.kind, None if a.dtype is None else a.dtype.str, a.wrt) for a in arguments])
+        self.key = (self.name, tuple(builder._nodes), leaves, returns)
 
     @property
     def is_compiled(self) -> bool:
@@ -212,23 +270,21 @@ class ExpressionFunction:
         """The untyped IR, named as the frontend names things (parameters ``v_*``, temporaries
         ``t<n>``), so that the compiler's passes can add their own names without a clash."""
         params = [f"v_leaf{k}" for k in range(len(self.arguments))]
-        position = {id(a.source): k for k, a in enumerate(self.arguments)}
-        index = {id(c): i for i, c in enumerate(self.calls)}
 
-        def atom(e):
-            if e.role == _CALL:
-                return Var(f"t{index[id(e)]}")
-            if e.role == _CONSTANT:
-                return Const(e.value.item() if isinstance(e.value, np.generic) else e.value)
-            return Var(params[position[id(e.source)]])
+        def atom(ref: tuple, e: Expression):
+            if ref[0] == "n":
+                return Var(f"t{ref[1]}")
+            if ref[0] == "l":
+                return Var(params[ref[1]])
+            return Const(e.value.item() if isinstance(e.value, np.generic) else e.value)
 
         body, subroutines = [], {}
-        for i, c in enumerate(self.calls):
-            body.append(Assign(f"t{i}", Call(c.row.name, tuple([atom(a) for a in c.args]))))
+        for i, (c, (_, refs)) in enumerate(zip(self.calls, self.key[1])):
+            body.append(Assign(f"t{i}", Call(c.row.name, tuple([atom(r, a) for r, a in zip(refs, c.args)]))))
             rule = rule_of(c.row)
             if rule is not None:
                 subroutines.update(rule.subroutines())
-        body.append(Return(tuple([atom(o) for o in self.outputs])))
+        body.append(Return(tuple([atom(r, o) for r, o in zip(self.key[3], self.outputs)])))
         return Function(self.name, params, body, temps={f"t{i}" for i in range(len(self.calls))},
                         subroutines=subroutines, n_outputs=len(self.outputs))
 
@@ -249,23 +305,3 @@ class ExpressionFunction:
         arrays, shape = converted(values, self.kinds, float_dtype, xp, self.name)
         return self.compiled.run(arrays, self.kinds, float_dtype, self.wrt, shape, mode)
 
-
-def _topological(outputs: list) -> list:
-    """The distinct calls under ``outputs``, each after the calls it reads (depth first from the
-    first output on, the last argument's subtree first)."""
-    order: list = []
-    done: set = set()
-    stack = [(o, False) for o in reversed(outputs) if o.role == _CALL]
-    while stack:
-        e, expanded = stack.pop()
-        if id(e) in done:
-            continue
-        if expanded:
-            done.add(id(e))
-            order.append(e)
-            continue
-        stack.append((e, True))
-        for a in e.args:
-            if a.role == _CALL and id(a) not in done:
-                stack.append((a, False))
-    return order

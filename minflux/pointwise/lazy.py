@@ -36,14 +36,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import weakref
 from collections import Counter
 
 import numpy as np
 
 from ..autograd import bind, recording
 from ..backend import is_cupy_array
-from ..compiler.expressions import ExpressionFunction, argument, call, constant
+from ..compiler.expressions import Expression, FunctionBuilder, argument
 from ..compiler.ir import result_kind
 from ..compiler.rules import TABLE
 from ..compiler.scalar_rule import rule_of
@@ -138,37 +137,45 @@ def fusion_changes() -> int:
 
 
 class Pending:
-    """One deferred primitive: its table row, its arguments (Tensors, arrays or numbers) and, for each
-    argument not deferred itself, its expression (a constant, or an argument classified once, when the
-    op was deferred); what the result will be (shape, dtype, kind); the tape it records on, the Tensor
-    it belongs to, and ``floats``, the one float type its whole DAG computes in (None if none)."""
+    """One deferred primitive: its table row, its arguments (Tensors, arrays or numbers), their
+    ``terms`` (`_term`: each array or Tensor an argument of the compiler's, classified once, when the
+    op was deferred; None for the ``inputs``, the deferred arguments by position); what the result
+    will be (shape, dtype, kind); the tape it records on, the Tensor it belongs to, and ``floats``,
+    the one float type its whole DAG computes in (None if none)."""
 
-    __slots__ = ("row", "args", "terms", "shape", "dtype", "kind", "tape", "owner", "members", "leaf_ids",
-                 "device", "floats")
+    __slots__ = ("row", "args", "terms", "inputs", "shape", "dtype", "kind", "tape", "owner", "members",
+                 "leaf_ids", "device", "floats")
 
     def compute(self, tensor: Tensor) -> None:
         _compute(tensor, self)
 
 
 def _term(a, tape):
-    """The expression of an argument that is not deferred: a constant for a number, an argument for
-    an array or a Tensor (differentiated when it is a float tracked on ``tape``); None when a kernel
-    cannot take it (the op runs now)."""
+    """The term of an argument that is not deferred: the number itself for a number (a constant of
+    the function), an argument for an array or a Tensor (differentiated when it is a float tracked
+    on ``tape``); None when a kernel cannot take it (the op runs now)."""
     if isinstance(a, Tensor):
         value = a.value
-        wrt = a._tape is tape and getattr(value, "dtype", None) is not None and value.dtype.kind == "f"
+        dtype = getattr(value, "dtype", None)
+        if dtype is None:
+            return None
+        wrt = a._tape is tape and dtype.kind == "f"
     elif isinstance(a, (bool, int, np.bool_, np.integer)) or \
             (isinstance(a, float) and not hasattr(a, "shape")):
-        return constant(a)
+        return a
+    elif getattr(a, "dtype", None) is None:
+        return None
     else:
         value, wrt = a, False
-    if getattr(value, "dtype", None) is None:
-        return None
     try:
         term = argument(value, wrt, source=a)
     except TypeError:
         return None
     return None if term.kind == "f" and term.dtype not in _FLOATS else term
+
+
+def _number_kind(a) -> str:
+    return "b" if isinstance(a, (bool, np.bool_)) else "i" if isinstance(a, (int, np.integer)) else "f"
 
 
 _KERNEL_DTYPES = {"f": _FLOATS, "i": (np.dtype(np.int64),), "b": (np.dtype(bool),)}
@@ -235,21 +242,22 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
         return None
     if _broadcast_size(tuple([getattr(a, "shape", ()) for a in args])) < _settings["min_elements"]:
         return None  # a tiny result (or shapes that do not broadcast: the op now says so) runs now
-    kinds, probes, shapes, pendings, terms = [], [], [], [], []
+    kinds, probes, shapes, pendings, terms, inputs = [], [], [], [], [], []
     members, leaf_ids = set(), set()   # the DAG's distinct pending nodes and leaves, for the caps
     involved = tracked = False
     where = None
-    for a, rule in zip(args, row.partials):
+    for k, (a, rule) in enumerate(zip(args, row.partials)):
         pending = a.pending if isinstance(a, Tensor) else None
         if pending is not None:
             if pending.tape is not tape:
                 return None
             kind, dtype, term = pending.kind, pending.dtype, None
+            inputs.append((k, a))
         else:
             term = _term(a, tape)
             if term is None:
                 return None
-            kind, dtype = term.kind, term.dtype
+            kind, dtype = (term.kind, term.dtype) if term.__class__ is Expression else (_number_kind(a), None)
         terms.append(term)
         kinds.append(kind)
         probes.append(("a", dtype.str) if dtype is not None else ("s", type(a)))
@@ -291,60 +299,54 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
             a.value
         return defer(name, args, tape)
     p = Pending()
-    p.row, p.args, p.terms, p.shape, p.kind, p.dtype = row, tuple(args), tuple(terms), shape, kind, dtype
+    p.row, p.args, p.terms, p.inputs = row, tuple(args), tuple(terms), tuple(inputs)
+    p.shape, p.kind, p.dtype = shape, kind, dtype
     p.tape, p.device, p.floats = tape, where, floats
     members.add(id(p))
     p.members, p.leaf_ids = frozenset(members), frozenset(leaf_ids)
     t = Tensor.deferred(p, tape if tracked else None)  # comparisons of tracked values are constants
-    p.owner = weakref.ref(t)
-    tape.defer(t)
+    p.owner = tape.defer(t)
     _stats["deferred"] += 1
     return t
 
 
-def _order(root: Pending) -> list:
-    """The pending DAG under ``root`` in topological order (depth first, the last argument first):
-    the deferred Tensors computed since it was built are leaves now."""
+def _expression(root: Pending):
+    """``(order, function)``: the pending DAG under ``root`` in topological order (depth first, the
+    last argument first) and the function of its expression, made of the terms the ops kept, with
+    the calls in that order. Deferred Tensors computed since the DAG was built are leaves now."""
+    builder = FunctionBuilder("fused")
     order: list[Pending] = []
-    done: set = set()
+    calls: dict = {}
     stack = [(root, False)]
     while stack:
         p, expanded = stack.pop()
-        if id(p) in done:
+        if id(p) in calls:
             continue
-        if expanded:
-            done.add(id(p))
-            order.append(p)
-            continue
-        stack.append((p, True))
-        for a in p.args:
-            q = a.pending if isinstance(a, Tensor) else None
-            if q is not None and id(q) not in done:
-                stack.append((q, False))
-    return order
-
-
-def _expression(order: list):
-    """The expression of the DAG in ``order`` (its root's call), made of the terms the ops kept."""
-    calls: dict = {}
-    for p in order:
-        args = []
-        for a, term in zip(p.args, p.terms):
-            if term is None:   # deferred when the op was: its call, or a leaf once computed since
+        inputs = p.inputs
+        if inputs and not expanded:
+            stack.append((p, True))
+            for _, a in inputs:
                 q = a.pending
-                term = calls[id(q)] if q is not None else _term(a, p.tape)
-            args.append(term)
-        calls[id(p)] = call(p.row, *args)
-    return calls[id(order[-1])]
+                if q is not None and id(q) not in calls:
+                    stack.append((q, False))
+            continue
+        args = p.terms
+        if inputs:   # deferred when the op was: its call, or a leaf once computed since
+            args = list(args)
+            for k, a in inputs:
+                q = a.pending
+                args[k] = calls[id(q)] if q is not None else _term(a, p.tape)
+        calls[id(p)] = builder.call(p.row, *args)
+        order.append(p)
+    return order, builder.build([calls[id(root)]])
 
 
 def _compute(tensor: Tensor, root: Pending) -> None:
-    order = _order(root)
     _stats["computed"] += 1
-    if len(order) == 1:  # one primitive saves no pass over memory: numpy's op is cheaper to call
-        _op_by_op(order, tensor)
+    if not any([a.pending is not None for _, a in root.inputs]):
+        _op_by_op([root], tensor)   # one primitive saves no pass over memory: numpy's op is cheaper
         return
-    fn = ExpressionFunction([_expression(order)], name="fused")
+    order, fn = _expression(root)
     if not fn.is_compiled:
         if len(_seen) > _SEEN_LIMIT:
             _seen.clear()

@@ -9,7 +9,7 @@ import pytest
 import minflux as mf
 from minflux.compiler import arguments, expressions
 from minflux.compiler.compiled import CompiledFunction, compiled, prepare
-from minflux.compiler.expressions import ExpressionFunction, argument, call, constant
+from minflux.compiler.expressions import FunctionBuilder, argument, constant
 from minflux.compiler.ir import format_function
 from minflux.compiler.rules import TABLE, define
 from minflux.pointwise.node import broadcast_node
@@ -22,10 +22,11 @@ def source(x, y):
 
 
 def built(x, y, wrt=(True, True)):
-    """`source` as expressions over arrays ``x`` and ``y``."""
+    """`source` as expressions over arrays ``x`` and ``y``, in the order Python evaluates it."""
     a, b = argument(x, wrt=wrt[0]), argument(y, wrt=wrt[1])
-    return ExpressionFunction([call("subtract", call("add", call("tanh", call("multiply", a, b)),
-                                                      call("multiply", 0.5, a)), b)], name="source_expr")
+    f = FunctionBuilder("source_expr")
+    value = f.call("add", f.call("tanh", f.call("multiply", a, b)), f.call("multiply", 0.5, a))
+    return f.build([f.call("subtract", value, b)])
 
 
 def partials_of(dual, outs, n_outputs: int = 1) -> dict:
@@ -67,8 +68,9 @@ def test_partials_on_the_tape_agree_with_float64_finite_differences(rng):
         return argument(t.value, True, source=t) if isinstance(t, mf.Tensor) else argument(t)
 
     def through_expressions(x, y):
-        f = ExpressionFunction([call("multiply", call("sigmoid", leaf(x)),
-                                     call("log1p", call("multiply", leaf(y), leaf(y))))])
+        b = FunctionBuilder()
+        s = b.call("sigmoid", leaf(x))
+        f = b.build([b.call("multiply", s, b.call("log1p", b.call("multiply", leaf(y), leaf(y))))])
         dual, outs = f.run()
         return broadcast_node("built", f.sources, [outs[0]], partials_of(dual, outs))
 
@@ -80,10 +82,11 @@ def test_several_outputs_constants_of_every_kind_comparisons_and_where(rng):
     x = rng.standard_normal(9)
     n = np.arange(9)
     a, k = argument(x, wrt=True), argument(n)
-    positive = call("greater", a, 0.0)
-    chosen = call("where", positive, call("multiply", a, a), call("multiply", a, 3))
-    counted = call("add", k, True)
-    f = ExpressionFunction([chosen, counted, a])
+    b = FunctionBuilder()
+    positive = b.call("greater", a, 0.0)
+    chosen = b.call("where", positive, b.call("multiply", a, a), b.call("multiply", a, 3))
+    counted = b.call("add", k, True)
+    f = b.build([chosen, counted, a])
     dual, outs = f.run()
     np.testing.assert_allclose(outs[0], np.where(x > 0, x * x, 3 * x), rtol=1e-14)
     np.testing.assert_array_equal(outs[1], n + 1)
@@ -106,7 +109,8 @@ def test_scalar_rules_and_user_rows_are_primitives_by_row_whatever_their_names(r
         x = rng.standard_normal(8)
         a = argument(x, wrt=True)
         for rule in (leaky, leaky.__scalar_rule__, leaky.__scalar_rule__.row, leaky.op):
-            f = ExpressionFunction([call(row, call(rule, a))])
+            b = FunctionBuilder()
+            f = b.build([b.call(row, b.call(rule, a))])
             dual, outs = f.run()
             lx = np.where(x > 0, x, 0.25 * x)
             np.testing.assert_allclose(outs[0], lx ** 3, rtol=1e-13)
@@ -129,19 +133,19 @@ def test_one_structure_one_compiled_function_and_the_frontend_names(rng):
     assert first.key == second.key and first.compiled is second.compiled and second.is_compiled
     assert built(x, y, wrt=(True, False)).key != first.key
     assert built(x.astype(np.float32), y).key != first.key
-    other = ExpressionFunction([call("multiply", argument(x), 0.25)])
-    assert other.key != ExpressionFunction([call("multiply", argument(x), 0.5)]).key
-    assert ExpressionFunction([call("multiply", argument(x), np.float64(0.25))]).key != other.key
-    # parameters and temporaries are named as the frontend names them (kernels cached on disk by
-    # their source stay valid), the last argument's subtree first
-    assert format_function(first.function()) == "\n".join([
-        "def source_expr(v_leaf0, v_leaf1):",
-        "    t0 = multiply(0.5, v_leaf0)",
-        "    t1 = multiply(v_leaf0, v_leaf1)",
-        "    t2 = tanh(t1)",
-        "    t3 = add(t2, t0)",
-        "    t4 = subtract(t3, v_leaf1)",
-        "    return t4"])
+
+    def scaled(by):
+        b = FunctionBuilder()
+        return b.build([b.call("multiply", argument(x), by)])
+
+    assert scaled(0.25).key != scaled(0.5).key and scaled(np.float64(0.25)).key != scaled(0.25).key
+    assert scaled(0.25).compiled is scaled(0.25).compiled
+    # calls in the order they were made, named as the frontend names things (kernels cached on disk
+    # by their source stay valid): the same IR as the Python source, but for the parameters' names
+    written = format_function(compiled(source).parsed.function)
+    assert format_function(first.function()) == written.replace("source(", "source_expr(").replace(
+        "v_x", "v_leaf0").replace("v_y", "v_leaf1")
+    assert "t4 = subtract(t3, v_leaf1)" in format_function(first.function())
 
 
 def test_arguments_are_classified_once_when_they_are_made(monkeypatch, rng):
@@ -161,7 +165,8 @@ def test_arguments_are_classified_once_when_they_are_made(monkeypatch, rng):
     monkeypatch.setattr(arguments, "_kind_and_dtype", refuse)
     x, y = rng.standard_normal((2, 5))
     a, b = argument(x, wrt=True), argument(y)
-    f = ExpressionFunction([call("add", call("multiply", a, b), call("exp", a))])
+    builder = FunctionBuilder()
+    f = builder.build([builder.call("add", builder.call("multiply", a, b), builder.call("exp", a))])
     f.run()
     f.run()
     assert calls == {"classify": 2, "prepare": 0}
@@ -186,16 +191,28 @@ def test_a_fused_step_classifies_each_leaf_once_per_op_that_reads_it(monkeypatch
     np.testing.assert_allclose(grads[2], 1 - np.tanh(z) ** 2, rtol=1e-12)
 
 
+def _call(*args):
+    b = FunctionBuilder()
+    return b.call(*args)
+
+
+def _foreign(x):
+    other = FunctionBuilder().call("tanh", x)
+    return FunctionBuilder().call("exp", other)
+
+
 @pytest.mark.parametrize("make, error, message", [
-    (lambda x: call("no_such_primitive", x), ValueError, "call(): unknown primitive 'no_such_primitive'"),
-    (lambda x: call("add", x), TypeError, r"call(): add takes 2 argument(s), got 1"),
-    (lambda x: call("tanh", x, x), TypeError, r"call(): tanh takes 1 argument(s), got 2"),
-    (lambda x: call(print, x), TypeError, "call(): a builtin_function_or_method is not a primitive"),
+    (lambda x: _call("no_such_primitive", x), ValueError, "call(): unknown primitive 'no_such_primitive'"),
+    (lambda x: _call("add", x), TypeError, r"call(): add takes 2 argument(s), got 1"),
+    (lambda x: _call("tanh", x, x), TypeError, r"call(): tanh takes 1 argument(s), got 2"),
+    (lambda x: _call(print, x), TypeError, "call(): a builtin_function_or_method is not a primitive"),
+    (lambda x: _call("tanh", "text"), TypeError, "constant(): a str is not a number"),
+    (_foreign, ValueError, "call(): an argument is a call made by another FunctionBuilder"),
     (lambda x: argument("text"), TypeError, "argument(): the value is a str"),
     (lambda x: argument(np.ones(2, complex)), TypeError, "argument(): the value has dtype complex128"),
     (lambda x: argument(np.arange(3), wrt=True), ValueError, "only float arguments have partials"),
     (lambda x: constant(np.ones(2)), TypeError, "constant(): a ndarray is not a number"),
-    (lambda x: ExpressionFunction([]), TypeError, "a non-empty list of expressions"),
+    (lambda x: FunctionBuilder().build([]), TypeError, "a non-empty list of expressions"),
 ])
 def test_bad_input_says_what_is_wrong_in_one_line(make, error, message):
     with pytest.raises(error) as caught:

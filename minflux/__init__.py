@@ -36,11 +36,13 @@ from .pointwise.primitives import (abs, acos, acosh, add, asin, asinh, atan, ata
                                    logical_and, logical_not, logical_or, maximum, minimum, mod, multiply,
                                    negative, not_equal, power, relu, sigmoid, sign, sin, sinh, softplus,
                                    sqrt, subtract, tan, tanh, trunc, where)
+from ._allocator import keep_freed_memory
 from .tensor import Tensor
 from .transfer_guard import HostTransferError, no_host_transfers
 
 _install_operators(Tensor)
 get_num_threads()   # applies MINFLUX_NUM_THREADS to the kernel pool and to BLAS now
+keep_freed_memory()   # freed arrays stay with glibc for the next step (MINFLUX_KEEP_FREED_MEMORY=0: not)
 
 __all__ = [
     "__version__", "abs", "acos", "acosh", "add", "all", "any", "arange", "argmax", "argmin", "asin",

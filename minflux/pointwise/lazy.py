@@ -242,7 +242,7 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
         return None
     if _broadcast_size(tuple([getattr(a, "shape", ()) for a in args])) < _settings["min_elements"]:
         return None  # a tiny result (or shapes that do not broadcast: the op now says so) runs now
-    kinds, probes, shapes, pendings, terms, inputs = [], [], [], [], [], []
+    kinds, probes, shapes, terms, inputs, floats_of = [], [], [], [], [], []
     members, leaf_ids = set(), set()   # the DAG's distinct pending nodes and leaves, for the caps
     involved = tracked = False
     where = None
@@ -253,6 +253,7 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
                 return None
             kind, dtype, term = pending.kind, pending.dtype, None
             inputs.append((k, a))
+            floats_of.append(pending.floats)
         else:
             term = _term(a, tape)
             if term is None:
@@ -264,7 +265,6 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
         shapes.append(a.shape if dtype is not None else ())
         if pending is not None:
             involved = True
-            pendings.append(a)
             members |= pending.members
             leaf_ids |= pending.leaf_ids
             device = pending.device
@@ -283,7 +283,7 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
     if not involved:
         return None
     if len(members) >= _settings["max_nodes"] or len(leaf_ids) > _settings["max_leaves"]:
-        for a in pendings:
+        for _, a in inputs:
             _stats["early"] += 1
             a.value
         return defer(name, args, tape)
@@ -291,9 +291,8 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
     if result is None:
         return None
     kind, dtype, compute, shape = result
-    floats = compute if compute is not None else \
-        next((a.pending.floats for a in pendings if a.pending.floats is not None), None)
-    mixed = [a for a in pendings if a.pending.floats not in (None, floats)]
+    floats = compute if compute is not None else next((f for f in floats_of if f is not None), None)
+    mixed = [a for (_, a), f in zip(inputs, floats_of) if f not in (None, floats)]
     if mixed:   # one kernel computes in one float type: a part computed in another one runs first
         for a in mixed:
             a.value

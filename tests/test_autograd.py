@@ -311,3 +311,34 @@ def test_the_tape_does_not_keep_inputs_whose_values_the_backward_pass_never_read
 
     mf.gradient(f, x)
     assert not seen["alive"]
+
+
+def test_bind_gives_a_deferred_tensor_the_node_recorded_for_it(rng):
+    """A deferred Tensor read inside `gradient` takes the value and the output slot of the node its
+    computation recorded (`autograd.bind`): ops that already hold the Tensor see the node's output,
+    and the gradient flows through it (checked against float64 finite differences)."""
+    from minflux.autograd import bind
+    from minflux.tensor import Tensor
+
+    w = rng.standard_normal(4096)             # large enough for elementwise ops to defer themselves
+
+    class Cubed:   # a pending computation: its shape, dtype, and how to compute it
+        def __init__(self, x):
+            self.x, self.shape, self.dtype = x, x.shape, x.dtype
+
+        def compute(self, tensor):
+            x = self.x.value
+            bind(tensor, record("cubed", x ** 3, [self.x], lambda g, needs: [3 * x * x * g]))
+
+    def f(x):
+        y = Tensor.deferred(Cubed(x), active_tape()) if isinstance(x, Tensor) else x ** 3
+        held = [y, y]                          # two uses that hold the Tensor before it has a value
+        assert not isinstance(x, Tensor) or y.is_deferred
+        return mf.sum(held[0] * w) + mf.sum(held[1])
+
+    x = rng.standard_normal(4096)
+    np.testing.assert_allclose(mf.gradient(f, x)[0], 3 * x * x * (w + 1), rtol=1e-12)
+    check_grad(f, x, max_elements=20)
+    t = Tensor.deferred(Cubed(Tensor(x)), None)
+    bind(t, np.ones(3))                        # an array hands over its value only
+    assert not t.is_deferred and t._tape is None and np.all(t.value == 1)

@@ -162,21 +162,21 @@ class FunctionBuilder:
             row = _row(primitive)
         if len(args) != row.arity:
             raise TypeError(f"call(): {row.name} takes {row.arity} argument(s), got {len(args)}")
-        exprs, kinds, refs = [], [row.result], []
+        kinds, refs, known = [row.result], [], self._refs
         for a in args:
             if a.__class__ is not Expression:
-                a = constant(a)
-            found = self._refs.get(id(a))
+                args = tuple([a if a.__class__ is Expression else constant(a) for a in args])
+                return self.call(row, *args)
+            found = known.get(id(a))
             if found is None:
                 found = a.source if a.role == _CONSTANT else self._argument(a)
-            exprs.append(a)
             kinds.append(a.kind)
             refs.append(found)
         key = tuple(kinds)
         kind = _RESULT_KINDS.get(key)
         if kind is None:
             kind = _RESULT_KINDS[key] = result_kind(row.name, kinds[1:])
-        e = Expression(_CALL, row, tuple(exprs), kind)
+        e = Expression(_CALL, row, args, kind)
         self._refs[id(e)] = ("n", len(self.calls))
         self.calls.append(e)
         self._nodes.append((row.name, tuple(refs)))

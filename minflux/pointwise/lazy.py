@@ -249,8 +249,8 @@ def defer(name: str, args: tuple, tape) -> Tensor | None:
     for k, (a, rule) in enumerate(zip(args, row.partials)):
         pending = a.pending if isinstance(a, Tensor) else None
         if pending is not None:
-            if pending.tape is not tape:
-                return None
+            if pending.__class__ is not Pending or pending.tape is not tape:
+                return None   # another tape's (or another kind of) pending value: the op runs now
             kind, dtype, term = pending.kind, pending.dtype, None
             inputs.append((k, a))
             floats_of.append(pending.floats)

@@ -100,6 +100,9 @@ def _generate(recording: Recording, outputs: list[int], constants: list, functio
             lines.append(f"    {call}")
         elif len(targets) == 1 and targets[0][1] == "_r":
             lines.append(f"    v{targets[0][0]} = {call}")
+        elif step.out and all(o.__class__ is Ref or o is None for o in step.out):
+            names = [f"v{o.slot}" if o is not None else "_" for o in step.out]   # one unpacking
+            lines.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = {call}")
         else:
             lines.append(f"    _r = {call}")
             lines.extend(f"    v{slot} = {path}" for slot, path in targets)

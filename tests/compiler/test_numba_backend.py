@@ -193,3 +193,18 @@ def test_a_damaged_object_file_is_recompiled(tmp_path, monkeypatch):
     compiled_functions._compiled.clear()
     np.testing.assert_array_equal(mf.broadcast(twice, np.ones(3)), [3.0, 3.0, 3.0])
     assert kernel_cache.load(tmp_path / "kernels", meta.stem, 2) is not None
+
+
+@pytest.mark.skipif(not _has_avx2(), reason="needs an x86 CPU with AVX2")
+@pytest.mark.parametrize("name", ["forward", "backward"])
+def test_layer_norm_row_kernels_compile_to_packed_float32_arithmetic(name, tmp_path, monkeypatch):
+    """The row loops vectorise: adds, subtracts and multiplies on packed singles in ymm/zmm registers."""
+    import re
+
+    from minflux.ops import layer_norm_rows
+
+    monkeypatch.setenv("MINFLUX_CACHE_DIR", str(tmp_path))   # compiled here, so its assembly is known
+    monkeypatch.setattr(numba_backend, "_loaded", {})
+    kernel = numba_backend.load_kernel(layer_norm_rows.kernel_source(name, "float32"), 7)
+    packed = re.findall(r"\bv(?:add|sub|mul|fn?m(?:add|sub)\w*)ps\s+%[yz]mm", kernel.assembly())
+    assert len(packed) >= 4

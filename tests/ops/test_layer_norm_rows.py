@@ -120,24 +120,3 @@ def test_empty_rows_give_empty_results_and_zero_parameter_gradients(shape, backe
     np.testing.assert_array_equal(g_scale, np.zeros(columns))
     np.testing.assert_array_equal(g_shift, np.zeros(columns))
 
-
-def _has_avx2() -> bool:
-    try:
-        return "avx2" in open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _has_avx2(), reason="needs an x86 CPU with AVX2")
-@pytest.mark.parametrize("name", ["forward", "backward"])
-def test_row_kernels_compile_to_packed_float32_arithmetic(name, tmp_path, monkeypatch):
-    """The row loops vectorise: adds, subtracts and multiplies on packed singles in ymm/zmm registers."""
-    import re
-
-    from minflux.compiler import numba_backend
-
-    monkeypatch.setenv("MINFLUX_CACHE_DIR", str(tmp_path))   # compiled here, so its assembly is known
-    monkeypatch.setattr(numba_backend, "_loaded", {})
-    kernel = numba_backend.load_kernel(layer_norm_rows.kernel_source(name, "float32"), 7)
-    packed = re.findall(r"\bv(?:add|sub|mul|fn?m(?:add|sub)\w*)ps\s+%[yz]mm", kernel.assembly())
-    assert len(packed) >= 4

@@ -174,3 +174,37 @@ def test_a_replayed_kernel_launch_reads_arrays_laid_out_unlike_the_recordings():
         assert xs.shape == ys.shape == (6, 5)
         np.testing.assert_allclose(f(xs, ys), expected(xs, ys), rtol=1e-15)
     assert f.recordings == 1 and f.replays == 6
+
+
+def test_a_replay_writes_kernel_outputs_into_the_arrays_of_the_last_replay_once_dropped(monkeypatch):
+    from minflux.compiler import numba_backend
+
+    made = []
+    real = numba_backend.Launcher.new_outputs
+    monkeypatch.setattr(numba_backend.Launcher, "new_outputs",
+                        lambda self: made.append(self) or real(self))
+    f = mf.compile(lambda x, y: mf.sum(_soft_sign(x, y) * 2.0))
+    rng = np.random.default_rng(4)
+    inputs = [(rng.normal(size=(6, 5)), rng.normal(size=(6, 5))) for _ in range(6)]
+    for x, y in inputs[:3]:                             # recorded, then replayed
+        np.testing.assert_allclose(f(x, y), 2 * np.sum(np.where(x > 0, x / (1 + x) + y, x / (1 - x) - y)))
+    made.clear()
+    for x, y in inputs[3:]:
+        np.testing.assert_allclose(f(x, y), 2 * np.sum(np.where(x > 0, x / (1 + x) + y, x / (1 - x) - y)))
+    assert made == []                                   # the intermediate's array is reused
+
+
+def test_a_kernel_output_the_caller_keeps_is_never_written_again():
+    f = mf.compile(lambda x, y: _soft_sign(x, y))
+    rng = np.random.default_rng(5)
+    kept = []
+    for _ in range(5):
+        x, y = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+        out = f(x, y)
+        kept.append((out, out.copy()))
+        view = out[1:]                                  # a view holds the array too
+        del out
+        kept[-1] += (view,)
+    for out, copy, view in kept:
+        np.testing.assert_array_equal(out, copy)
+    assert len({id(out) for out, _, _ in kept}) == 5

@@ -1,6 +1,12 @@
 """Shared test configuration: one kernel cache for the whole session (a fresh directory, unless
 ``MINFLUX_CACHE_DIR`` is set), tests marked ``gpu`` skip cleanly without CuPy and a CUDA device, and
-a test that leaves a signal handler of its own installed fails (Ctrl-C must always stop the run)."""
+a test that leaves a signal handler of its own installed fails (Ctrl-C must always stop the run).
+
+Elementwise kernels run on numba unless a test (or its module, through ``pytestmark``) is marked
+``numpy_kernels``: such a test checks values and gradients, not the compiled kernels, and runs them on
+the numpy reference backend instead of compiling its own numba kernels (compiling is most of the
+suite's time). Every compiled-kernel feature keeps tests of its own on numba; each test starts on
+its backend and the backend is put back after it, whatever the test set."""
 from __future__ import annotations
 
 import atexit
@@ -17,7 +23,10 @@ if "MINFLUX_CACHE_DIR" not in os.environ:  # set before any kernel is compiled; 
     os.environ["MINFLUX_CACHE_DIR"] = tempfile.mkdtemp(prefix="minflux-test-cache-")
     atexit.register(shutil.rmtree, os.environ["MINFLUX_CACHE_DIR"], ignore_errors=True)
 
+import minflux as mf
 from minflux.backend import gpu_available
+
+DEFAULT_ELEMENTWISE = mf.get_elementwise_backend()   # numba, unless MINFLUX_ELEMENTWISE says otherwise
 
 
 def pytest_collection_modifyitems(config, items):
@@ -40,11 +49,23 @@ def signal_handlers_are_restored():
     assert not leaked, f"the test left its own {' and '.join(leaked)} handler installed"
 
 
+@pytest.fixture(autouse=True)
+def elementwise_backend_of_the_test(request, monkeypatch):
+    """The test's CPU backend of elementwise kernels: numpy when marked ``numpy_kernels`` (for the
+    processes the test starts too), else the session's default (numba unless ``MINFLUX_ELEMENTWISE``
+    names another)."""
+    before = mf.get_elementwise_backend()
+    name = "numpy" if request.node.get_closest_marker("numpy_kernels") else DEFAULT_ELEMENTWISE
+    if name == "numpy":
+        monkeypatch.setenv("MINFLUX_ELEMENTWISE", name)
+    mf.set_elementwise_backend(name)
+    yield name
+    mf.set_elementwise_backend(before)
+
+
 @pytest.fixture(params=["numba", "numpy"])
 def backend(request):
     """Run the test once with each CPU backend of elementwise kernels (restored afterwards)."""
-    import minflux as mf
-
     before = mf.get_elementwise_backend()
     mf.set_elementwise_backend(request.param)
     yield request.param

@@ -14,6 +14,8 @@ from minflux import optim
 from minflux.files import FileWriteError
 from minflux.io import CheckpointError, CheckpointMismatch
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 class Net(mf.nn.Module):
     """A small model with every kind of leaf: layers, a tied array, a non-trainable buffer, dropout."""

@@ -9,6 +9,8 @@ import pytest
 import minflux as mf
 from minflux.io import CheckpointMismatch
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def classifier(n_classes, seed, extra=False):
     rng = np.random.default_rng(seed)

@@ -5,6 +5,8 @@ import pytest
 
 import minflux as mf
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 X = np.array([1.0, -2.0, 0.5])
 
 NUMPY_CALLS = {

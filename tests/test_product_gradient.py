@@ -10,6 +10,8 @@ import minflux.product_gradient as product_gradient
 from minflux.product_gradient import ProductGradient
 from minflux.testing import check_grad
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def recurrence(W, U, xs, h0):
     """``h_t = tanh(x_t W + h_{t-1} U)`` and the loss ``sum_t sum(h_t ** 2)``: ``W`` and ``U`` get one

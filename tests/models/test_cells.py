@@ -5,6 +5,8 @@ import pytest
 import minflux as mf
 from minflux_models.cells import boundary, hm_update, hm_update_blend
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def sig(x):
     return 1 / (1 + np.exp(-x))

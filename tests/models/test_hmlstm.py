@@ -8,6 +8,8 @@ from minflux.testing import check_grad
 from minflux_models import HMLSTM, LSTMLM, annealed_slope, boundary_rates
 from minflux_models.cells import boundary
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def small_hmlstm(hidden_sizes=(4, 3), **kw):
     opts = dict(embed_size=5, output_embed_size=6, rng=np.random.default_rng(0), dtype=np.float64)

@@ -8,6 +8,8 @@ import pytest
 
 import minflux_models
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 MODULES = ["minflux_models"] + sorted(m.name for m in pkgutil.walk_packages(minflux_models.__path__,
                                                                              "minflux_models."))
 

@@ -4,6 +4,8 @@ import pytest
 
 import minflux as mf
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def test_identity_outside_a_gradient_computation():
     drop = mf.nn.Dropout(0.5, rng=0)

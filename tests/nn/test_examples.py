@@ -4,6 +4,9 @@ import runpy
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)

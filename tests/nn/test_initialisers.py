@@ -6,6 +6,8 @@ import pytest
 
 from minflux.nn import init
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def rng(seed=0):
     return np.random.default_rng(seed)

@@ -5,6 +5,8 @@ import pytest
 import minflux as mf
 from minflux.testing import check_grad
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def rng():
     return np.random.default_rng(7)

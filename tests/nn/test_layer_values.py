@@ -4,6 +4,8 @@ import pytest
 
 import minflux as mf
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def sigmoid(x):
     return 1 / (1 + np.exp(-x))

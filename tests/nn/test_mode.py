@@ -6,6 +6,8 @@ import pytest
 
 import minflux as mf
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def model_with_dropouts(rng):
     shared = mf.nn.Dropout(0.5, rng=rng)

@@ -1,7 +1,10 @@
 """Module: parameters discovered by walking attributes, dotted names, counts, repr, `trainable`."""
 import numpy as np
+import pytest
 
 import minflux as mf
+
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
 
 
 class Encoder(mf.nn.Module):

@@ -8,6 +8,8 @@ import pytest
 import minflux as mf
 from minflux.ops._common import value_of
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 @pytest.mark.parametrize("call", [lambda: mf.sum("abc"), lambda: mf.matmul((np.ones(3), np.ones(3)), np.ones(3)),
                                   lambda: mf.reshape(None, (1,))], ids=["sum str", "matmul tuple", "reshape None"])

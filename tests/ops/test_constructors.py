@@ -6,6 +6,8 @@ import pytest
 
 import minflux as mf
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def test_float_constructors_default_to_the_default_dtype():
     assert mf.zeros((2, 3)).dtype == mf.default_dtype()

@@ -7,6 +7,8 @@ import pytest
 import minflux as mf
 from minflux.testing import check_grad
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 EINSUM_CASES = [
     ("ij,jk->ik", [(2, 3), (3, 4)]),
     ("ij,jk", [(2, 3), (3, 4)]),                  # implicit output

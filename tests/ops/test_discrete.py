@@ -6,6 +6,8 @@ import pytest
 
 import minflux as mf
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def test_tests_match_numpy():
     x = np.array([[1.0, np.nan, np.inf], [0.0, -np.inf, 2.0]])

@@ -9,6 +9,8 @@ import minflux as mf
 from minflux.autograd import IndexedGrad
 from minflux.testing import check_grad
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 INDICES = [
     ("int", 1), ("negative_int", -1), ("slice", slice(1, 3)), ("step", slice(None, None, -2)),
     ("tuple", (1, slice(0, 2))), ("ellipsis", (Ellipsis, 0)), ("newaxis", (None, 1)),

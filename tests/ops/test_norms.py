@@ -9,6 +9,8 @@ import pytest
 import minflux as mf
 from minflux.testing import check_grad
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 VECTOR_CASES = [((5,), None, None), ((5,), 2, None), ((5,), 1, None), ((5,), 3, None), ((5,), 0.5, None),
                 ((5,), math.inf, None), ((5,), -math.inf, None), ((3, 4), None, 1), ((3, 4), 2, 0),
                 ((2, 3, 4), 1, -1), ((2, 3, 4), None, None), ((3, 4), math.inf, 1), ((3, 4), -1, 1)]

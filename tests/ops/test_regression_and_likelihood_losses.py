@@ -8,6 +8,8 @@ import pytest
 import minflux as mf
 from minflux.testing import check_grad
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 REDUCE = {"mean": np.mean, "sum": np.sum, "none": lambda a: a}
 
 

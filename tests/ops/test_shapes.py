@@ -7,6 +7,8 @@ import pytest
 import minflux as mf
 from minflux.testing import check_grad
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 UNARY_CASES = [
     ("reshape", (2, 6), lambda x: mf.reshape(x, (3, -1)), lambda x: x.reshape(3, -1)),

@@ -7,6 +7,8 @@ import pytest
 import minflux as mf
 from minflux.testing import check_grad
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 AXES = [((5,), None), ((3, 4), 0), ((3, 4), 1), ((3, 4), (0, 1)), ((2, 3, 4), (0, 2)), ((2, 3, 4), -1)]
 
 

@@ -7,6 +7,8 @@ import pytest
 import minflux as mf
 from minflux.testing import check_grad
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 @pytest.mark.parametrize("shape,index_shape,axis", [((3, 4), (3, 2), 1), ((3, 4), (5, 4), 0),
                                                     ((3, 4), (1, 6), 1), ((2, 3, 4), (2, 3, 1), -1),

@@ -7,6 +7,8 @@ import pytest
 import minflux as mf
 from minflux import optim
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def test_global_norm_counts_tied_arrays_once_and_skips_none():
     g = np.array([3.0, 4.0])

@@ -8,6 +8,8 @@ import pytest
 import minflux as mf
 from minflux import optim
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 RULES = {"Descent": ["lr"], "Momentum": ["lr", "rho"], "Nesterov": ["lr", "rho"],
          "RMSProp": ["lr", "rho", "eps"], "AdaGrad": ["lr", "eps"],
          "Adam": ["lr", "beta1", "beta2", "eps"], "AdamW": ["lr", "beta1", "beta2", "eps", "decay"],

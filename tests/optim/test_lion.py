@@ -6,6 +6,8 @@ import pytest
 
 import minflux as mf
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def reference_lion(x, grads, lr, beta1, beta2, decay):
     m = np.zeros_like(x)

@@ -10,6 +10,8 @@ import pytest
 import minflux as mf
 from minflux import optim
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 G = [np.array([1.0, -2.0]), np.array([0.5, 0.0]), np.array([-1.0, 4.0])]
 
 

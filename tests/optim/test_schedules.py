@@ -6,6 +6,8 @@ import pytest
 
 from minflux import optim
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def test_step_decay():
     s = optim.StepDecay(lr=0.8, step_size=3, gamma=0.5)

@@ -6,6 +6,8 @@ import pytest
 import minflux as mf
 from minflux import optim
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def model(seed=0):
     r = np.random.default_rng(seed)

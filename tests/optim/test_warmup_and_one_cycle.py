@@ -7,6 +7,8 @@ import pytest
 
 import minflux as mf
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def torch_rates(make_scheduler, steps, lr):
     torch = pytest.importorskip("torch")

@@ -8,6 +8,8 @@ import pytest
 from minflux_train.__main__ import main
 from minflux_train.runs import RunDir
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def refused(capsys, argv, expected):
     status = main(argv)

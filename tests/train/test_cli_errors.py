@@ -19,6 +19,8 @@ from minflux_train.loop import Trainer
 from minflux_train.runs import RunDir
 from minflux_train.sample import main as sample_main
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 RUN_TINY = Path(__file__).with_name("run_tiny.py")
 
 

@@ -5,6 +5,8 @@ import pytest
 
 from minflux_train.config import CONFIG_DIR, Config, ConfigError, dump_toml, load_config
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 SHIPPED = sorted(CONFIG_DIR.glob("*.toml"))
 
 

@@ -9,6 +9,8 @@ from minflux_train.config import Config, bounded, setting
 from minflux_train.config_reference import key_rows, main, reference_markdown
 from minflux_train.resume import RESUMABLE, flat
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "config.md"
 

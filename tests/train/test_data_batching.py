@@ -5,6 +5,8 @@ from hypothesis import given, settings, strategies as st
 
 from minflux_train.data import StreamBatcher
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 @settings(max_examples=200, deadline=None)
 @given(n=st.integers(2, 300), batch=st.integers(1, 12), seq=st.integers(1, 40))

@@ -8,6 +8,8 @@ import pytest
 import minflux_train.data.cache as cache
 from minflux_train.data import load_corpus
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 @pytest.fixture
 def text_file(tmp_path):

@@ -7,6 +7,8 @@ import pytest
 
 from minflux_train.data import DatasetNotFoundError, load_corpus, ptb_symbols
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 REAL_PTB = Path(__file__).resolve().parents[3] / "shared" / "data" / "ptb-char"
 
 

@@ -3,6 +3,8 @@ import pytest
 
 from minflux_train.data import Vocabulary
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def test_chars_round_trip_including_non_ascii():
     text = "naïve ☃ text\n"

@@ -21,6 +21,8 @@ import minflux as mf
 from minflux_train.__main__ import main as train_main
 from minflux_train.runs import RunDir
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mpi_launch import command, environment, launch  # noqa: E402
 

@@ -8,6 +8,8 @@ import pytest
 
 import minflux_train
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 MODULES = sorted(m.name for m in pkgutil.walk_packages(minflux_train.__path__, "minflux_train.")
                  if not m.name.endswith("__main__"))
 

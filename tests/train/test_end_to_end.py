@@ -1,7 +1,7 @@
 """The real models end to end: train a tiny HM-LSTM over three short epochs with slope annealing,
 interrupt it mid-epoch and resume it bit-identically, then evaluate, sample and draw its boundaries;
-the LSTM baseline trains through the same loop. Time here is numba compiling the models' kernels on
-a cold cache, not training: the runs are a few steps of a few characters."""
+the LSTM baseline trains through the same loop. The runs are a few steps of a few characters, with the
+elementwise kernels on the numpy backend (tests/compiled trains every model with numba's kernels)."""
 import json
 import os
 import signal
@@ -16,6 +16,8 @@ from minflux_train.evaluate import main as evaluate_main
 from minflux_train.loop import Trainer, TrainingDiverged, train
 from minflux_train.runs import RunDir
 from minflux_train.sample import main as sample_main
+
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
 
 TINY = ["model.embed_size=8", "model.hidden_sizes=[12, 12]", "model.output_embed_size=16",
         "train.batch_size=3", "train.seq_len=10", "train.max_steps=12", "train.checkpoint_every=4",
@@ -106,7 +108,7 @@ def test_hmlstm_nan_stops_the_run_and_leaves_the_last_checkpoint(cfg, tmp_path, 
     assert all(np.isfinite(a).all() for _, a in mf.tree.named_leaves(saved.model))
 
 
-@pytest.mark.parametrize("form", ["branch", "blend"])
+@pytest.mark.parametrize("form", ["branch", pytest.param("blend", marks=pytest.mark.slow)])
 def test_the_compiled_step_trains_to_the_eager_steps_numbers_to_the_bit(cfg, tmp_path, short_corpus, form):
     """``train.compile = true`` (the default) and ``false`` give the same parameters, optimiser state,
     losses and validations, across epoch boundaries (state reset, slope annealed) and a checkpoint."""

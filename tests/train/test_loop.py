@@ -12,6 +12,8 @@ from minflux_train.config import load_config
 from minflux_train.loop import Trainer, train
 from minflux_train.runs import RunDir
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 def parameters(model):
     return {name: np.array(a) for name, a in mf.tree.named_leaves(model, trainable_only=False)}
 

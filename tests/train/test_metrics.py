@@ -10,6 +10,8 @@ from minflux.files import FileWriteError
 from minflux_train.__main__ import main
 from minflux_train.metrics import MetricsLog
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 def test_a_symbolic_link_is_followed_by_every_write(tmp_path):
     real = tmp_path / "elsewhere" / "metrics.jsonl"

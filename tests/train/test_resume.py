@@ -12,6 +12,8 @@ from minflux_train.config import load_config
 from minflux_train.loop import Trainer, TrainingDiverged, train
 from minflux_train.runs import RunDir
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 # 17 windows per epoch (564 characters in 4 streams of 8): 40 steps cross two epoch boundaries
 LONG = ["train.epochs=3", "train.max_steps=40", "train.eval_every=7", "train.log_every=2",
         "train.checkpoint_every=3", "train.slope_annealing=true"]
@@ -74,7 +76,8 @@ def whole(cfg, tmp_path, tiny_model):
     return config, outcome
 
 
-@pytest.mark.parametrize("kill_at", [5, 20, 34, 37])
+@pytest.mark.parametrize("kill_at", [pytest.param(5, marks=pytest.mark.slow), 20,  # each kill: child processes
+                                     *(pytest.param(k, marks=pytest.mark.slow) for k in (34, 37))])
 def test_hard_kill_anywhere_then_resume_is_bit_identical_across_epochs(whole, tmp_path, monkeypatch,
                                                                       kill_at):
     config, reference = whole

@@ -17,6 +17,8 @@ from minflux_train.loop import Trainer, train
 from minflux_train.runs import RunDir, corpus_for
 from minflux_train.stopping import Budget
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 class SlowClock:
     """Stands in for the time module in train.loop and train.meter: every reading is ``tick`` seconds after the last,

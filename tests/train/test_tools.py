@@ -12,6 +12,8 @@ from minflux_train.evaluate import evaluate_tokens, main as evaluate_main
 from minflux_train.sample import main as sample_main, pick
 from minflux_train.data import StreamBatcher
 
+pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
+
 
 @pytest.fixture
 def run_dir(cfg, tmp_path, tiny_model):

@@ -3,6 +3,10 @@
 Each case trains two copies of one model from the same seed for 20 steps with Adam and a throwing
 global-norm clip, one eagerly and one through `mf.compile`, and compares the loss, the carried
 recurrent state, every parameter and every optimiser state array bit for bit after every step.
+
+Every case runs with numba kernels. The HM-LSTM's, the LSTM's and the GRU's kernels are large and take
+numba a while to compile: those cases are marked slow and also run on the numpy backend, as do the
+tests of recording and replay after them, so the quick subset records and replays every model.
 """
 from __future__ import annotations
 
@@ -125,10 +129,13 @@ def assert_same(eager, compiled, what):
 
 CASES = ["hmlstm-branch-plain", "hmlstm-blend-plain", "hmlstm-branch-ln", "hmlstm-blend-ln", "lstm",
          "lstm-cell", "gru-cell", "dense-chain", "gated-layer"]
+SLOW_ON_NUMBA = [case for case in CASES if case.startswith("hmlstm")] + ["lstm", "gru-cell"]
+NUMBA = [pytest.param(case, "numba", marks=[pytest.mark.slow] if case in SLOW_ON_NUMBA else []) for case in CASES]
+NUMPY = [(case, "numpy") for case in SLOW_ON_NUMBA]
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_compiled_training_equals_eager_to_the_bit(case):
+@pytest.mark.parametrize("case, backend", NUMBA + NUMPY, indirect=["backend"])
+def test_compiled_training_equals_eager_to_the_bit(case, backend):
     model, opt_state, carry, loss_fn, batches = build(case)
     twin, twin_state, twin_carry, _, _ = build(case)
     step = mf.compile(train_step)
@@ -148,6 +155,7 @@ def test_compiled_training_equals_eager_to_the_bit(case):
     assert len(moved) > len(arrays_of(start, start_state)) // 2   # it trained: the parameters moved
 
 
+@pytest.mark.numpy_kernels  # the HM-LSTM's kernels on numba: the slow cases above
 def test_hmlstm_boundaries_change_between_replayed_steps():
     model, opt_state, carry, loss_fn, batches = build("hmlstm-branch-plain")
     step = mf.compile(lambda m, s, c, x, y: train_step(m, s, c, x, y, loss_fn)[1])
@@ -158,6 +166,7 @@ def test_hmlstm_boundaries_change_between_replayed_steps():
     assert len(set(rates[5:])) > 3           # replays follow the data: the boundaries differ by step
 
 
+@pytest.mark.numpy_kernels  # the HM-LSTM's kernels on numba: the slow cases above
 def test_a_smaller_last_batch_records_a_second_schedule_and_both_replay():
     model, opt_state, carry, loss_fn, batches = build("hmlstm-blend-ln")
     twin, twin_state, _, _, _ = build("hmlstm-blend-ln")
@@ -170,6 +179,7 @@ def test_a_smaller_last_batch_records_a_second_schedule_and_both_replay():
     assert_same(arrays_of(model, opt_state), arrays_of(twin, twin_state), "after both shapes")
 
 
+@pytest.mark.numpy_kernels  # the HM-LSTM's kernels on numba: the slow cases above
 def test_training_resumed_from_a_checkpoint_replays_the_same_steps(tmp_path):
     model, opt_state, carry, loss_fn, batches = build("hmlstm-branch-ln")
     step = mf.compile(train_step)
@@ -186,6 +196,7 @@ def test_training_resumed_from_a_checkpoint_replays_the_same_steps(tmp_path):
     assert_same(arrays_of(model, opt_state), arrays_of(resumed, resumed_state), "after resuming")
 
 
+@pytest.mark.numpy_kernels  # the HM-LSTM's kernels on numba: the slow cases above
 def test_check_mode_replays_every_model_beside_the_eager_step():
     for case in ("hmlstm-blend-ln", "gru-cell", "gated-layer"):
         model, opt_state, carry, loss_fn, batches = build(case)

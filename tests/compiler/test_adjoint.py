@@ -45,7 +45,7 @@ def test_untaken_branches_leak_no_nan(backend, mode):
     np.testing.assert_allclose(gy, want_y, rtol=1e-14)
 
 
-@pytest.mark.parametrize("n", [1, 3, 18])
+@pytest.mark.parametrize("n", [1, 3, pytest.param(18, marks=pytest.mark.slow)])  # 18: a large kernel
 def test_product_gradients_match_the_closed_form(n):
     rng = np.random.default_rng(n)
     xs = [rng.uniform(-1, 1, (4, 5)) for _ in range(n)]

@@ -144,7 +144,8 @@ SHAPES = [((4, 3), (4, 3)), ((4, 1), (4, 3)), ((1, 3), (4, 1)), ((), (5,)), ((2,
 @settings(max_examples=10, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**31 - 1), shapes=st.sampled_from(SHAPES))
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [pytest.param(m, marks=pytest.mark.slow) if m != "reverse" else m
+                                  for m in MODES])  # numba compiles ten large programs per mode
 def test_random_programs(tmp_path, seed, shapes, mode):
     fn, source = load_program(tmp_path, seed)
     rng = np.random.default_rng(seed)
@@ -196,6 +197,7 @@ def test_program_writer_covers_the_constructs():
         assert construct in text, construct
 
 
+@pytest.mark.slow   # real branches: also tests/compiler/test_numba_backend.py, on a small kernel
 @pytest.mark.parametrize("seed", [11])
 def test_random_programs_compile_to_numba_in_both_branch_forms(tmp_path, seed, monkeypatch):
     from minflux.compiler import numba_backend

@@ -4,7 +4,7 @@ Each case trains two copies of one model from the same seed for 20 steps with Ad
 global-norm clip, one eagerly and one through `mf.compile`, and compares the loss, the carried
 recurrent state, every parameter and every optimiser state array bit for bit after every step.
 
-Every case runs with numba kernels. The HM-LSTM's, the LSTM's and the GRU's kernels are large and take
+Every case runs with numba kernels. The HM-LSTM's, the LSTMs' and the GRU's kernels are large and take
 numba a while to compile: those cases are marked slow and also run on the numpy backend, as do the
 tests of recording and replay after them, so the quick subset records and replays every model.
 """
@@ -129,7 +129,7 @@ def assert_same(eager, compiled, what):
 
 CASES = ["hmlstm-branch-plain", "hmlstm-blend-plain", "hmlstm-branch-ln", "hmlstm-blend-ln", "lstm",
          "lstm-cell", "gru-cell", "dense-chain", "gated-layer"]
-SLOW_ON_NUMBA = [case for case in CASES if case.startswith("hmlstm")] + ["lstm", "gru-cell"]
+SLOW_ON_NUMBA = [case for case in CASES if case.startswith("hmlstm")] + ["lstm", "lstm-cell", "gru-cell"]
 NUMBA = [pytest.param(case, "numba", marks=[pytest.mark.slow] if case in SLOW_ON_NUMBA else []) for case in CASES]
 NUMPY = [(case, "numpy") for case in SLOW_ON_NUMBA]
 

@@ -131,7 +131,8 @@ CASES = ["hmlstm-branch-plain", "hmlstm-blend-plain", "hmlstm-branch-ln", "hmlst
          "lstm-cell", "gru-cell", "dense-chain", "gated-layer"]
 SLOW_ON_NUMBA = [case for case in CASES if case.startswith("hmlstm")] + ["lstm", "lstm-cell", "gru-cell"]
 NUMBA = [pytest.param(case, "numba", marks=[pytest.mark.slow] if case in SLOW_ON_NUMBA else []) for case in CASES]
-NUMPY = [(case, "numpy") for case in SLOW_ON_NUMBA]
+NUMPY = [pytest.param(case, "numpy", marks=[pytest.mark.slow] if case in ("hmlstm-blend-plain", "hmlstm-branch-ln")
+                       else []) for case in SLOW_ON_NUMBA]   # each form and each norm once in the quick subset
 
 
 @pytest.mark.parametrize("case, backend", NUMBA + NUMPY, indirect=["backend"])

@@ -70,8 +70,10 @@ def test_mixed_mode_matches_reverse_mode(case):
         np.testing.assert_allclose(vm, vr, rtol=1e-12, atol=1e-14)
 
 
-def _partials(case, args):
-    """Outputs and per-element gradients of the summed outputs, on the current backend."""
+def _partials(case, args, outputs: str = "alone"):
+    """Outputs and per-element gradients of the summed outputs, on the current backend; the outputs of
+    a call outside the gradient (``outputs="alone"``: a kernel without partials) or those of the
+    gradient's kernel (``outputs="with gradients"``)."""
     floats = [k for k, (kind, _, _) in enumerate(case.args) if kind == "f"]
 
     def total(*float_args):
@@ -80,27 +82,30 @@ def _partials(case, args):
             full[k] = a
         outs = case.fn(*full)
         outs = outs if isinstance(outs, tuple) else (outs,)
-        return sum(mf.sum(o) for o in outs)
+        return (sum(mf.sum(o) for o in outs), *outs)
 
-    return _outputs(case.fn, args), mf.gradient(total, *[args[k] for k in floats])
-
-
-# float32 changes the generated code most in math functions (the vectorisable float32 forms) and in
-# selects; the other constructs compile in float32 in the full suite only
-FLOAT32_QUICK = {"transcendental", "math_functions", "branches"}
-DTYPE_CASES = [pytest.param(case, dtype, id=f"{case.name}-{np.dtype(dtype).name}",
-                            marks=[pytest.mark.slow] if dtype == np.float32 and case.name not in FLOAT32_QUICK
-                            else []) for case in CASES for dtype in (np.float64, np.float32)]
+    value, grads = mf.withgradient(total, *[args[k] for k in floats])
+    return (_outputs(case.fn, args) if outputs == "alone" else list(value[1:])), grads
 
 
-@pytest.mark.parametrize("case, dtype", DTYPE_CASES)
-def test_numba_agrees_with_numpy(case, dtype):
+# The quick subset compiles each construct's kernel with partials in float64, and in float32 those whose
+# code float32 changes most (the vectorisable float32 math functions, selects); the kernels without
+# partials, and float32 for every construct, compile in the full suite.
+FLOAT32_QUICK = {"transcendental", "branches"}
+DTYPE_CASES = [pytest.param(case, dtype, outputs, id=f"{case.name}-{np.dtype(dtype).name}-{outputs}",
+                            marks=[] if outputs == "with gradients" else [pytest.mark.slow])
+               for case in CASES for dtype in (np.float64, np.float32) for outputs in ("alone", "with gradients")
+               if outputs == "alone" or dtype == np.float64 or case.name in FLOAT32_QUICK]
+
+
+@pytest.mark.parametrize("case, dtype, outputs", DTYPE_CASES)
+def test_numba_agrees_with_numpy(case, dtype, outputs):
     args = case.draw(np.random.default_rng(2), dtype=dtype)
     results = {}
     for name in ("numpy", "numba"):
         mf.set_elementwise_backend(name)
         try:
-            results[name] = _partials(case, args)
+            results[name] = _partials(case, args, outputs)
         finally:
             mf.set_elementwise_backend("numba")
     rtol, atol = (1e-12, 1e-13) if dtype == np.float64 else (2e-5, 2e-6)

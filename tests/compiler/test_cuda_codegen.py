@@ -329,6 +329,7 @@ def test_half_precision_is_refused_with_the_conversion_to_use():
 
 # -- the random programs of the compiler's property test ------------------------------------------------
 
+@pytest.mark.slow   # a C compile per program; every test function above is checked in the quick subset
 def test_generated_c_agrees_with_numpy_on_random_programs(tmp_path):
     """The property test's random programs (nested ifs, early returns, bounded loops, break and
     continue) on its broadcast shapes, in float64 and float32: outputs and reduced gradients."""

@@ -70,8 +70,14 @@ SCALAR_ZEROS = {
 }
 
 
+# numba compiles a kernel per function and mode: two functions on numba in the quick subset, all in the full
+ZERO_CASES = [pytest.param(backend, name, id=f"{backend}-{name}",
+                           marks=[pytest.mark.slow] if backend == "numba" and name not in ("times zero", "untaken branch")
+                           else []) for backend in ("numba", "numpy") for name in sorted(SCALAR_ZEROS)]
+
+
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", sorted(SCALAR_ZEROS))
+@pytest.mark.parametrize("backend, name", ZERO_CASES, indirect=["backend"])
 def test_every_mode_gives_zero_arrays_for_structural_zeros(backend, name, mode):
     fn = SCALAR_ZEROS[name]
     x = np.array([-1.5, 0.0, 2.5], np.float32)

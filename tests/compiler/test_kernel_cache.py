@@ -70,6 +70,9 @@ def _damage_cases(code: bytes):
         yield "bit flips", bytes(flipped)
 
 
+# a child process per kind of damage: slow; the quick subset recompiles a truncated object file in
+# tests/ops/test_layer_norm_rows.py
+@pytest.mark.slow
 def test_damaged_object_code_is_recompiled_with_one_warning(child):
     child()
     (object_file,) = child.kernels.glob("*.o")

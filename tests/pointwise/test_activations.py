@@ -25,7 +25,7 @@ REFERENCE = {
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE))
-# float32 on numba (the vectorisable float32 math); float64's numba kernels run in the gradient test below
+# float32 on numba (the vectorisable float32 math); float64's numba kernels in the gradient test below
 @pytest.mark.parametrize("dtype", [pytest.param(np.float64, marks=pytest.mark.numpy_kernels), np.float32])
 def test_values_match_independent_formulas(name, dtype):
     x = X.astype(dtype)
@@ -34,8 +34,9 @@ def test_values_match_independent_formulas(name, dtype):
     np.testing.assert_allclose(out, REFERENCE[name](X), rtol=2e-6 if dtype == np.float32 else 1e-13, atol=1e-7)
 
 
+@pytest.mark.parametrize("backend", [pytest.param("numba", marks=pytest.mark.slow), "numpy"], indirect=True)
 @pytest.mark.parametrize("name", sorted(REFERENCE) + ["rsqrt"])
-def test_gradients_match_finite_differences(name):
+def test_gradients_match_finite_differences(name, backend):
     x = np.abs(X) + 0.1 if name == "rsqrt" else X
     check_grad(lambda x: mf.sum(getattr(mf, name)(x) * np.linspace(0.5, 1.5, x.size)), x)
 

@@ -155,7 +155,7 @@ OPS = [lambda a, b: a * b, lambda a, b: a + b, lambda a, b: a - b, lambda a, b: 
        lambda a, b: mf.maximum(a, b), lambda a, b: a / (1.0 + b * b), lambda a, b: mf.exp(-a * a) * b]
 
 
-@pytest.mark.parametrize("seed", [*range(3), *(pytest.param(s, marks=pytest.mark.slow) for s in range(3, 12))])
+@pytest.mark.parametrize("seed", [0, 1, *(pytest.param(s, marks=pytest.mark.slow) for s in range(2, 12))])
 def test_random_expressions_agree_with_and_without_fusion(seed):
     rng = np.random.default_rng(seed)
     program = [(int(rng.integers(len(OPS))), int(rng.integers(0, k + 3)), int(rng.integers(0, k + 3)))

@@ -126,7 +126,12 @@ READ_IN_PLACE, READ_COPY, READ_BROADCAST, READ_BROADCAST_COPY = range(4)
 
 
 def signature(arrays: list) -> tuple:
-    """What a `Plan` depends on: each array's type, shape, strides and dtype."""
+    """What a `Plan` depends on: each array's type, shape, strides and dtype.
+
+    >>> import numpy as np
+    >>> signature([np.zeros((2, 3), np.float32)])
+    ((<class 'numpy.ndarray'>, (2, 3), (12, 4), dtype('float32')),)
+    """
     return tuple((a.__class__, a.shape, a.strides, a.dtype) for a in arrays)
 
 
@@ -181,7 +186,12 @@ def _decide(arrays: list, shape: tuple) -> Plan:
 
 def read(a, how: int, shape: tuple):
     """Input ``a`` as the array a kernel reads, as `Plan.reads` says (its first element is where the
-    kernel starts; the pattern decides how many it reads)."""
+    kernel starts; the pattern decides how many it reads).
+
+    >>> import numpy as np
+    >>> read(np.arange(6.0).reshape(2, 3).T, READ_COPY, (3, 2)).flags.c_contiguous
+    True
+    """
     if how >= READ_BROADCAST:
         a = np.broadcast_to(a, shape)
     if how == READ_COPY or how == READ_BROADCAST_COPY:

@@ -38,7 +38,15 @@ class SharedTranspose:
         self.value, self.uses, self.copy = value, 0, None
 
     def get(self):
-        """The contiguous transpose once two or more products use the weight, else the view."""
+        """The contiguous transpose once two or more products use the weight, else the view.
+
+        >>> import numpy as np
+        >>> holder = SharedTranspose(np.ones((2, 3)))
+        >>> holder.uses = 1; holder.get().flags.c_contiguous
+        False
+        >>> holder.uses = 2; holder.get().flags.c_contiguous
+        True
+        """
         if self.uses < 2:
             return self.value.T
         if self.copy is None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import threading
 from typing import Callable
 
 import numpy as np
@@ -220,20 +221,26 @@ class _Replayed:
     """`_launch` with its kernel and layout chosen when it was recorded; arrays laid out otherwise
     (or another backend) take the whole path. Its outputs are written into the arrays of the last
     replay wherever nothing else holds them any more (the step has dropped them), so a step replayed
-    again and again allocates them once."""
+    again and again allocates them once; only the thread that replayed first reuses them (another
+    thread replaying the same step at the same time gets new arrays)."""
 
-    __slots__ = ("launcher", "signature", "outputs")
+    __slots__ = ("launcher", "signature", "outputs", "thread")
 
     def __init__(self, launcher, signature: tuple):
-        self.launcher, self.signature, self.outputs = launcher, signature, None
+        self.launcher, self.signature, self.outputs, self.thread = launcher, signature, None, None
 
     def __call__(self, cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype, shape: tuple):
         if signature(arrays) != self.signature or get_elementwise_backend() != "numba":
             return _launch.__wrapped_operation__(cf, dual, arrays, float_dtype, shape)
-        outputs = self.outputs
-        if outputs is None or not _unreferenced(outputs[0]):
-            outputs = self.outputs = self.launcher.new_outputs()
-        outs = list(self.launcher(arrays, outputs))
+        if self.thread is None:
+            self.thread = threading.get_ident()
+        if self.thread != threading.get_ident():
+            outs = self.launcher(arrays)
+        else:
+            outputs = self.outputs
+            if outputs is None or not _unreferenced(outputs[0]):
+                outputs = self.outputs = self.launcher.new_outputs()
+            outs = list(self.launcher(arrays, outputs))
         return cf.check_loops(outs, dual.n_outputs) if cf.parsed.loop_sites else outs
 
 

@@ -208,3 +208,27 @@ def test_a_kernel_output_the_caller_keeps_is_never_written_again():
     for out, copy, view in kept:
         np.testing.assert_array_equal(out, copy)
     assert len({id(out) for out, _, _ in kept}) == 5
+
+
+def test_two_threads_replaying_one_step_at_once_never_share_output_arrays():
+    import threading
+
+    f = mf.compile(lambda x, y: _soft_sign(x, y) * 1.0)
+    f(np.zeros((64, 64)), np.zeros((64, 64)))
+    f(np.zeros((64, 64)), np.zeros((64, 64)))         # recorded and replayed on this thread
+    failures = []
+
+    def work(seed):
+        r = np.random.default_rng(seed)
+        for _ in range(200):
+            x, y = r.normal(size=(64, 64)), r.normal(size=(64, 64))
+            if not np.array_equal(f(x, y), np.where(x > 0, x / (1 + x) + y, x / (1 - x) - y)):
+                failures.append(seed)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in (1, 2)]
+    for t in threads:
+        t.start()
+    work(3)
+    for t in threads:
+        t.join()
+    assert failures == []

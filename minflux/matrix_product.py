@@ -24,10 +24,12 @@ from .schedule import operation
 
 __all__ = ["matmul", "PARALLEL_MIN_MULTIPLY_ADDS"]
 
-PARALLEL_MIN_MULTIPLY_ADDS = 1 << 25
-"""Products with fewer multiply-adds than this run on one thread. Measured on two cores: from 2^25
-the split product takes half the time at the same CPU time; at 2^23-2^24 it saves a quarter of the
-time for half again the CPU, and below that it saves nothing."""
+PARALLEL_MIN_MULTIPLY_ADDS = 1 << 27
+"""Products with fewer multiply-adds than this run on one thread. Measured on two idle cores (CPU time
+of the split product against one BLAS call): 50-105 million multiply-adds split 1.3-1.4x faster for
+1.24-1.28x the CPU, 157-202 million 1.6-1.9x faster for 1.01-1.10x, 20 billion 1.96x faster for 1.01x.
+A default that costs more CPU than one thread is not the fast setting on a busy machine, so only
+products from 2^27 split."""
 
 _BLOCK = 64   # columns (or rows) per unit of work: whole register tiles of the GEMM kernels
 

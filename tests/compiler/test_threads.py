@@ -63,7 +63,7 @@ import numpy as np
 import minflux as mf
 mf.set_num_threads(2)
 rng = np.random.default_rng(0)
-a, b = rng.standard_normal((2, 256, 1024), dtype=np.float32)
+a, b = rng.standard_normal((2, 512, 1024), dtype=np.float32)   # 2^28 multiply-adds: split
 x = rng.standard_normal((512, 512))
 for _ in range(20):                       # threaded products and kernels, then nothing to do
     mf.gradient(lambda a, b, x: mf.sum(mf.tanh(a @ b.T)) + mf.sum(mf.tanh(x) * x), a, b, x)
@@ -120,13 +120,13 @@ def test_a_large_product_on_a_busy_machine_stays_on_the_calling_thread(machine, 
     calls = []
     real = matrix_product.run_rows
     monkeypatch.setattr(matrix_product, "run_rows", lambda *a: (calls.append(a[3]), real(*a)))
-    a, b = np.ones((64, 2048), np.float32), np.ones((2048, 512), np.float32)
+    a, b = np.ones((64, 4096), np.float32), np.ones((4096, 1024), np.float32)   # 2^28 multiply-adds
     machine.running = 3                                # two other threads on four cores: two free
-    np.testing.assert_array_equal(matrix_product.matmul(a, b), np.full((64, 512), 2048.0, np.float32))
+    np.testing.assert_array_equal(matrix_product.matmul(a, b), np.full((64, 1024), 4096.0, np.float32))
     assert calls == [2]
     calls.clear()
     machine.running = 6
-    np.testing.assert_array_equal(matrix_product.matmul(a, b), np.full((64, 512), 2048.0, np.float32))
+    np.testing.assert_array_equal(matrix_product.matmul(a, b), np.full((64, 1024), 4096.0, np.float32))
     assert calls == []                                 # one BLAS call, no split
 
 

@@ -243,6 +243,10 @@ class _Replayed:
             outs = list(self.launcher(arrays, outputs))
         return cf.check_loops(outs, dual.n_outputs) if cf.parsed.loop_sites else outs
 
+    def release_buffers(self) -> None:
+        """Drop the output arrays kept for the next replay."""
+        self.outputs = None
+
 
 def _reference_counts(arrays: list) -> list:
     return [sys.getrefcount(a) for a in arrays]

@@ -232,3 +232,20 @@ def test_two_threads_replaying_one_step_at_once_never_share_output_arrays():
     for t in threads:
         t.join()
     assert failures == []
+
+
+def test_released_buffers_are_allocated_again_by_the_next_replay(monkeypatch):
+    from minflux.compiler import numba_backend
+
+    made = []
+    real = numba_backend.Launcher.new_outputs
+    monkeypatch.setattr(numba_backend.Launcher, "new_outputs", lambda self: made.append(self) or real(self))
+    f = mf.compile(lambda x, y: mf.sum(_soft_sign(x, y)))
+    x, y = np.ones((3, 2)), np.zeros((3, 2))
+    for _ in range(3):
+        f(x, y)
+    made.clear()
+    f(x, y)
+    assert made == []
+    f.release_buffers()
+    assert f(x, y) == 3.0 and len(made) == 1

@@ -104,7 +104,6 @@ def minflux_step(size, layer_norm, mode, compiled=False):
 
     if compiled:
         step.settle = settle
-        step.release_buffers = run.release_buffers
 
     def copy_fraction() -> float:
         """The share of COPY operations in the layers above the first (zero initial z)."""
@@ -166,14 +165,11 @@ def _rss_kib(field: str) -> int:
 def peak_step_bytes(step) -> int | None:
     """Peak resident memory a step adds to the process (Linux with glibc only; None elsewhere).
 
-    ``malloc_trim`` first hands the heap's free memory back to the system (and a compiled step drops
-    the output arrays its replays keep for the next call), so the resident set before the step is
-    what is live (weights, optimiser state, compiled code) and the peak above it is what the step
-    allocates at its high-water mark."""
+    ``malloc_trim`` first hands the heap's free memory back to the system, so the resident set
+    before the step is what is live (weights, optimiser state, compiled code) and the peak above it
+    is what the step allocates at its high-water mark."""
     import ctypes
 
-    if hasattr(step, "release_buffers"):   # a replay's kept output arrays count as the step's memory
-        step.release_buffers()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
         Path("/proc/self/clear_refs").write_text("5")

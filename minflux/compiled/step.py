@@ -109,20 +109,6 @@ class CompiledStep:
         entry = self._entries.get(guard.flatten(args).key)
         return entry.replay.source if entry is not None and entry.replay is not None else None
 
-    def release_buffers(self) -> None:
-        """Drop the output arrays the replays keep for their next call (the next replay allocates
-        them again): memory a finished training loop no longer needs.
-
-        >>> import minflux as mf, numpy as np
-        >>> f = mf.compile(lambda x: mf.tanh(x) * 2.0)
-        >>> for _ in range(3): _ = f(np.zeros(4))
-        >>> f.release_buffers(); f(np.ones(4)).round(3)
-        array([1.523, 1.523, 1.523, 1.523])
-        """
-        for entry in self._entries.values():
-            if entry.replay is not None:
-                entry.replay.release_buffers()
-
     # -- replay -------------------------------------------------------------------------------
     def _replay(self, entry: _Entry, args: tuple, flat: guard.Flat):
         values = entry.replay(flat.leaves)

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
-import threading
 from typing import Callable
 
 import numpy as np
@@ -219,45 +217,18 @@ def _launch(cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype,
 
 class _Replayed:
     """`_launch` with its kernel and layout chosen when it was recorded; arrays laid out otherwise
-    (or another backend) take the whole path. Its outputs are written into the arrays of the last
-    replay wherever nothing else holds them any more (the step has dropped them), so a step replayed
-    again and again allocates them once; only the thread that replayed first reuses them (another
-    thread replaying the same step at the same time gets new arrays)."""
+    (or another backend) take the whole path."""
 
-    __slots__ = ("launcher", "signature", "outputs", "thread")
+    __slots__ = ("launcher", "signature")
 
     def __init__(self, launcher, signature: tuple):
-        self.launcher, self.signature, self.outputs, self.thread = launcher, signature, None, None
+        self.launcher, self.signature = launcher, signature
 
     def __call__(self, cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype, shape: tuple):
         if signature(arrays) != self.signature or get_elementwise_backend() != "numba":
             return _launch.__wrapped_operation__(cf, dual, arrays, float_dtype, shape)
-        if self.thread is None:
-            self.thread = threading.get_ident()
-        if self.thread != threading.get_ident():
-            outs = self.launcher(arrays)
-        else:
-            outputs = self.outputs
-            if outputs is None or not _unreferenced(outputs[0]):
-                outputs = self.outputs = self.launcher.new_outputs()
-            outs = list(self.launcher(arrays, outputs))
+        outs = self.launcher(arrays)
         return cf.check_loops(outs, dual.n_outputs) if cf.parsed.loop_sites else outs
-
-    def release_buffers(self) -> None:
-        """Drop the output arrays kept for the next replay."""
-        self.outputs = None
-
-
-def _reference_counts(arrays: list) -> list:
-    return [sys.getrefcount(a) for a in arrays]
-
-
-_HELD_ONLY_HERE = _reference_counts([np.empty(0)])[0]   # a list's array that nothing else refers to
-
-
-def _unreferenced(arrays: list) -> bool:
-    """True when nothing but ``arrays`` refers to its arrays: no slot, view, tape or caller."""
-    return all(n <= _HELD_ONLY_HERE for n in _reference_counts(arrays))
 
 
 _compiled: dict = {}

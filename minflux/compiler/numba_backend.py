@@ -394,24 +394,18 @@ class Launcher:
         chunks = min(plan.rows, LOOP_CHUNKS) if kernel.has_loops else 1
         self.chunks = [(plan.rows * c // chunks, plan.rows * (c + 1) // chunks) for c in range(chunks)]
 
-    def __call__(self, arrays: list, into: tuple | None = None) -> list:
-        """Run the kernel on ``arrays``; its outputs go into new arrays, or into ``into``'s arrays
-        (``(arrays, their data pointers)`` from `new_outputs`), which are returned."""
-        results, pointers = self.new_outputs() if into is None else into
+    def __call__(self, arrays: list) -> list:
+        shape = self.shape
+        results = [np.empty(shape, dtype) for dtype in self.out_dtypes]
         total = self.plan.total
         if total:
             if self.reads is not None:
-                arrays = [read(a, how, self.shape) for a, how in zip(arrays, self.reads)]
-            args = (*self.head, *[a.ctypes.data for a in arrays], *pointers)
+                arrays = [read(a, how, shape) for a, how in zip(arrays, self.reads)]
+            args = (*self.head, *[a.ctypes.data for a in arrays], *[r.ctypes.data for r in results])
             n_threads = min(threads_now(), self.plan.rows) if total >= PARALLEL_MIN_ELEMENTS else 1
             for r0, r1 in self.chunks:
                 run_rows(self.kernel.call, r0, r1, n_threads, args)
         return results
-
-    def new_outputs(self) -> tuple:
-        """New output arrays for one call, and their data pointers."""
-        results = [np.empty(self.shape, dtype) for dtype in self.out_dtypes]
-        return results, [r.ctypes.data for r in results]
 
 
 def launcher(kernel: Kernel, dual, plan: Plan, float_dtype, shape: tuple) -> Launcher:

@@ -40,14 +40,6 @@ class Replay:
         self._run = namespace["replay"]
         self._constants, self._functions = constants, functions
 
-    def release_buffers(self) -> None:
-        """Let every recorded operation that keeps arrays for its next call drop them (those with a
-        ``release_buffers`` method)."""
-        for fn in self._functions:
-            release = getattr(fn, "release_buffers", None)
-            if release is not None:
-                release()
-
     def __call__(self, inputs: list) -> list:
         old = np.geterr()
         try:

@@ -36,14 +36,6 @@ def partials_of(dual, outs, n_outputs: int = 1) -> dict:
     return partials
 
 
-@pytest.fixture(params=["numba", "numpy"])
-def backend(request):
-    old = mf.get_elementwise_backend()
-    mf.set_elementwise_backend(request.param)
-    yield request.param
-    mf.set_elementwise_backend(old)
-
-
 def test_values_and_partials_match_the_source_function_and_numpy(backend, rng):
     x, y = rng.standard_normal((2, 7, 3))
     f = built(x, y)

@@ -140,7 +140,9 @@ def test_one_structure_one_compiled_function_and_the_frontend_names(rng):
     assert "t4 = subtract(t3, v_leaf1)" in format_function(first.function())
 
 
-def test_arguments_are_classified_once_when_they_are_made(monkeypatch, rng):
+@pytest.fixture
+def classifications(monkeypatch) -> dict:
+    """Counts every classification: the builder's, and prepare's (compiled functions)."""
     calls = {"classify": 0}
     classify = arguments.classify
 
@@ -148,9 +150,13 @@ def test_arguments_are_classified_once_when_they_are_made(monkeypatch, rng):
         calls["classify"] += 1
         return classify(value)
 
-    # every classification: the builder's, and prepare's (compiled functions) through _kind_and_dtype
     monkeypatch.setattr(expressions, "classify", counting)
     monkeypatch.setattr(arguments, "classify", counting)
+    return calls
+
+
+def test_arguments_are_classified_once_when_they_are_made(classifications, rng):
+    calls = classifications
     x, y = rng.standard_normal((2, 5))
     a, b = argument(x, wrt=True), argument(y)
     builder = FunctionBuilder()
@@ -164,16 +170,8 @@ def test_arguments_are_classified_once_when_they_are_made(monkeypatch, rng):
     assert calls == {"classify": 4}          # the counter sees prepare's classifications too
 
 
-def test_a_fused_step_classifies_each_leaf_once_per_op_that_reads_it(monkeypatch, rng):
-    counts = {"classify": 0}
-    classify = arguments.classify
-
-    def counting(value):
-        counts["classify"] += 1
-        return classify(value)
-
-    monkeypatch.setattr(expressions, "classify", counting)
-    monkeypatch.setattr(arguments, "classify", counting)
+def test_a_fused_step_classifies_each_leaf_once_per_op_that_reads_it(classifications, rng):
+    counts = classifications
     x, y, z = rng.standard_normal((3, 4096))
     with mf.fusion(compile_after=1):
         mf.fusion_stats(reset=True)

@@ -82,13 +82,7 @@ def flatten(args: tuple) -> Flat:
             key.append(("value", (cls, x)))
             return
         if cls is list or cls is tuple or cls is dict:
-            items = enumerate(x) if cls is not dict else x.items()
-            if cls is not tuple:
-                containers.setdefault(id(x), place)
-            kids = list(items)
-            key.append(("node", cls, tuple(k for k, _ in kids)))
-            for k, child in kids:
-                visit(child, place + (k,))
+            node(x, list(enumerate(x) if cls is not dict else x.items()), place)
             return
         if isinstance(x, Tensor):
             x = x.value
@@ -103,6 +97,9 @@ def flatten(args: tuple) -> Flat:
             values[place] = x
             key.append(("value", _static(x, held)))
             return
+        node(x, kids, place)
+
+    def node(x, kids, place):
         if not isinstance(x, tuple):
             containers.setdefault(id(x), place)
         key.append(("node", type(x), tuple(k for k, _ in kids)))

@@ -16,6 +16,7 @@ True
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 
@@ -29,22 +30,20 @@ TRIM_THRESHOLD_BYTES = 512 * 2**20
 """Freed memory at the top of the heap that glibc keeps for reuse before giving any back."""
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters (malloc.h)
-_applied: list = []
 
 
+@functools.cache
 def keep_freed_memory() -> bool:
     """Apply the settings above once (see the module docstring); True where glibc took them."""
-    if _applied:
-        return _applied[0]
     setting = os.environ.get("MINFLUX_KEEP_FREED_MEMORY", "1").strip().lower()
-    done = False
-    if setting not in ("0", "false", "no", "off"):
-        try:
-            libc = ctypes.CDLL(None)
-            if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt"):
-                done = bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
-                    libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
-        except OSError:
-            log.debug("no C library to configure")
-    _applied.append(done)
-    return done
+    if setting in ("0", "false", "no", "off"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+    except OSError:
+        log.debug("no C library to configure")
+        return False
+    if not (hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt")):
+        return False
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
+        libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))

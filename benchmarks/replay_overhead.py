@@ -1,11 +1,17 @@
-"""What a replay of `mf.compile` costs per recorded operation, on a step too small to hide it.
+"""What a replay of `mf.compile` costs per recorded operation, and what the recording call costs.
 
-The step trains a chain of eight ``Dense(16, 16, tanh)`` layers with Adam on a 16 x 16 batch: a few
-hundred operations on 16 x 16 arrays, where the arithmetic is negligible and what remains is the
-cost of calling each operation. Reported per step and per recorded operation, on one thread, as the
-best of several blocks of calls (CPU time of this process): the eager step, the compiled call as a
-user makes it (guard walk, replay, write-backs and outputs), the generated replay alone, and the
-guard walk alone.
+The first table's step trains a chain of eight ``Dense(16, 16, tanh)`` layers with Adam on a 16 x 16
+batch: a few hundred operations on 16 x 16 arrays, where the arithmetic is negligible and what
+remains is the cost of calling each operation. Reported per step and per recorded operation, on one
+thread, as the best of several blocks of calls (CPU time of this process): the eager step, the
+compiled call as a user makes it (guard walk, replay, write-backs and outputs), the replay alone in
+each of its two forms (the program of per-step functions its first calls run, and the straight-line
+function it is compiled into after `COMPILE_AFTER` replays), and the guard walk alone.
+
+The second table is the HM-LSTM benchmark's step (`hmlstm_step.py`) at the small and the default
+experiment's size, one thread, CPU time: the eager step (median of 5 after 3), the call that records
+(after an earlier compiled step of the same size made its kernels and fusion decisions), the call
+that compiles the straight-line form, and a replay (median of 5 after that).
 
     python benchmarks/replay_overhead.py     # writes benchmarks/results/replay_overhead.{json,md}
 """
@@ -51,20 +57,55 @@ def best_cpu_seconds(fn, calls: int, blocks: int) -> float:
     return best
 
 
+def recording_costs(size_name: str) -> dict:
+    """CPU seconds of the HM-LSTM step at ``size_name``: eager, the recording call, the compiling call
+    and a replay (see the module docstring)."""
+    import statistics
+
+    import hmlstm_step as hs
+
+    from minflux.schedule.replay import COMPILE_AFTER
+
+    size = hs.SIZES[size_name]
+    layer_norm = size.get("layer_norm", False)
+
+    def cpu(fn) -> float:
+        start = time.process_time()
+        fn()
+        return time.process_time() - start
+
+    eager = hs.minflux_step(size, layer_norm, "auto", compiled=False)
+    for _ in range(3):
+        eager()
+    eager_seconds = statistics.median(cpu(eager) for _ in range(5))
+    hs.minflux_step(size, layer_norm, "auto", compiled=True).settle()
+    step = hs.minflux_step(size, layer_norm, "auto", compiled=True)
+    recording = cpu(step)
+    for _ in range(COMPILE_AFTER):
+        step()
+    compiling = cpu(step)
+    replay = statistics.median(cpu(step) for _ in range(5))
+    return {"eager step": eager_seconds, "recording call": recording, "compiling call": compiling,
+            "replay": replay}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--width", type=int, default=16)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--blocks", type=int, default=7)
+    parser.add_argument("--sizes", nargs="*", default=["small", "default"],
+                        help="HM-LSTM sizes whose recording call is measured")
     args = parser.parse_args(argv)
 
     import minflux as mf
     from minflux.compiled import guard
+    from minflux.schedule.replay import COMPILE_AFTER
 
     step, arguments = build(args.layers, args.width)
     compiled = mf.compile(step)
-    while compiled.replays < 3:
+    while compiled.replays <= COMPILE_AFTER:
         compiled(*arguments)
     (entry,) = compiled._entries.values()
     replay, leaves = entry.replay, guard.flatten(arguments).leaves
@@ -72,7 +113,9 @@ def main(argv=None) -> int:
     seconds = {
         "eager step": best_cpu_seconds(lambda: step(*arguments), max(1, args.calls // 4), args.blocks),
         "compiled call": best_cpu_seconds(lambda: compiled(*arguments), args.calls, args.blocks),
-        "generated replay alone": best_cpu_seconds(lambda: replay(leaves), args.calls, args.blocks),
+        "replay alone, straight-line": best_cpu_seconds(lambda: replay(leaves), args.calls, args.blocks),
+        "replay alone, program (first calls)": best_cpu_seconds(
+            lambda: replay._interpret(leaves), args.calls, args.blocks),
         "guard walk alone": best_cpu_seconds(lambda: guard.flatten(arguments), args.calls, args.blocks),
     }
     rows = [[what, f"{s * 1e3:.3f}", f"{s / n * 1e6:.2f}"] for what, s in seconds.items()]
@@ -81,8 +124,17 @@ def main(argv=None) -> int:
              f"CPU time, best of {args.blocks} blocks of {args.calls} calls "
              "(`python benchmarks/replay_overhead.py`).\n\n"
              + markdown_table(["what", "ms per step", "us per recorded operation"], rows))
+    costs = {name: recording_costs(name) for name in args.sizes}
+    recording_rows = [[name, f"{c['eager step'] * 1e3:.0f}", f"{c['recording call'] * 1e3:.0f}",
+                       f"{c['recording call'] / c['eager step']:.2f}x", f"{c['compiling call'] * 1e3:.0f}",
+                       f"{c['replay'] * 1e3:.0f}"] for name, c in costs.items()]
+    table += ("\nThe HM-LSTM step (`hmlstm_step.py` sizes), one thread, CPU ms: the call that records "
+              f"against an eager step, and the call that compiles the straight-line form (replay "
+              f"{COMPILE_AFTER + 1}) against a replay.\n\n"
+              + markdown_table(["size", "eager step", "recording call", "recording / eager",
+                                "compiling call", "replay"], recording_rows))
     write_results("replay_overhead", {"operations": n, "seconds": seconds, "layers": args.layers,
-                                      "width": args.width}, table)
+                                      "width": args.width, "recording": costs}, table)
     return 0
 
 

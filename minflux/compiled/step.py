@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import gc
 import logging
 import os
 import warnings
@@ -128,6 +129,18 @@ class CompiledStep:
 
     # -- recording ----------------------------------------------------------------------------
     def _record(self, entry: _Entry, args: tuple, flat: guard.Flat):
+        # A recording makes a hundred thousand objects that live on (its steps, the replay); the
+        # cyclic collector would walk them again and again (a sixth of the call), and they hold no
+        # cycles to find.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._record_call(entry, args, flat)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _record_call(self, entry: _Entry, args: tuple, flat: guard.Flat):
         rec = Recording(self.name)
         traced = [rec.input(leaf) for leaf in flat.leaves]
         call_args = list(args)   # the arguments' own containers are shared, top-level tuples are not

@@ -23,6 +23,11 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+try:   # numpy 2 keeps its error state in a context variable whose value changes with every change
+    from numpy._core._ufunc_config import _extobj_contextvar as _ERROR_STATE
+except ImportError:   # numpy 1: read the state at every step
+    _ERROR_STATE = None
+
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NUMPY = os.path.dirname(os.path.abspath(np.__file__))
 
@@ -92,6 +97,7 @@ class Recording:
         self.n_inputs = 0
         self.closed = False
         self._by_id: dict[int, weakref.ref] = {}   # id(real array) -> its Traced, while both live
+        self._error_state = (object(), None)        # (numpy's state object, its items)
 
     # -- slots --------------------------------------------------------------------------------
     def input(self, value) -> "Traced":
@@ -139,8 +145,14 @@ class Recording:
         wrapped, out = self.adopt(result, dynamic, fn)
         if replayed is not None:
             fn = replayed(*raw_args, **raw_kwargs) or fn
-        self.steps.append(Step(fn, ref_args, ref_kwargs, out, tuple(sorted(np.geterr().items()))))
+        self.steps.append(Step(fn, ref_args, ref_kwargs, out, self._errstate()))
         return wrapped
+
+    def _errstate(self) -> tuple:
+        now = _ERROR_STATE.get() if _ERROR_STATE is not None else None
+        if now is None or now is not self._error_state[0]:
+            self._error_state = (now, tuple(sorted(np.geterr().items())))
+        return self._error_state[1]
 
     def _unwrap(self, x, found: list):
         """(the real values, the same structure with `Ref`s) for a step's arguments."""

@@ -1,9 +1,14 @@
-"""A recorded schedule as one straight-line Python function: one call per recorded operation.
+"""A recorded schedule replayed: one call per recorded operation and nothing else.
 
-The steps of a `Recording` become the lines of a generated function whose locals are the slots, so a
-replay costs one call per operation and nothing else: no Tensors, no tape, no dispatch. Each slot is
-deleted after its last use (a replay holds no more memory than the eager call did), numpy's error
-state is set where the recording changed it, and results come back as a list of the output slots.
+Each step of a `Recording` is rendered once as a Python statement in which ``@`` stands for a slot
+and ``$`` for a value (the callable, a constant). A replay starts as a program: one small function
+per step, made from a template per distinct statement (a training step of thousands of operations
+has a few dozen), so the recording call builds it in milliseconds. Once the schedule has been
+replayed `COMPILE_AFTER` times it is compiled into one straight-line function whose locals are the
+slots, the form with the least overhead per operation; compiling costs about 10 us per operation,
+which a schedule replayed only a few times (a partial last batch) never pays. Both forms free each
+slot after its last use (a replay holds no more memory than the eager call did), set numpy's error
+state where the recording changed it, and return the output slots as a list.
 
 >>> import numpy as np
 >>> from minflux.schedule.recorder import Recording
@@ -13,117 +18,148 @@ state is set where the recording changed it, and results come back as a list of 
 >>> replay = Replay(rec, [y._slot])
 >>> replay([np.zeros(2)])
 [array([2., 2.])]
+>>> print(replay.source.splitlines()[3])
+        v1 = f0(v0)
 """
 from __future__ import annotations
+
+import re
+from typing import NamedTuple
 
 import numpy as np
 
 from .recorder import Recording, Ref
 
+COMPILE_AFTER = 64
+"""Replays run as a program of per-step functions before the schedule is compiled into one function.
+
+The straight-line form saves about 0.3 us per operation per replay and costs 10-20 us per operation
+to compile, so it repays its compilation after some 40-70 replays."""
+
 _SIMPLE = (int, float, bool, str, type(None))
+_PLACEHOLDER = re.compile(r"[@$]")
+
+
+class _Statement(NamedTuple):
+    """One step as text: ``@`` a slot and ``$`` a value, in the order of ``params``; ``dead`` are the
+    slots whose last use it is."""
+
+    text: str
+    params: list
+    dead: list
 
 
 class Replay:
-    """The generated function of ``recording`` returning slots ``outputs`` (see the module docstring).
+    """The replay of ``recording`` returning slots ``outputs`` (see the module docstring).
 
-    ``source`` is its text, ``n_steps`` the number of operations it calls.
+    ``n_steps`` is the number of operations it calls, ``replays`` the calls so far, ``source`` the
+    text of the straight-line function (generated on first use).
     """
 
     def __init__(self, recording: Recording, outputs: list[int]):
         self.n_inputs = recording.n_inputs
         self.n_steps = len(recording.steps)
-        constants: list = []
-        functions: list = []
-        self.source = _generate(recording, outputs, constants, functions, self.n_inputs)
-        namespace: dict = {}
-        exec(compile(self.source, f"<mf.compile {recording.name}>", "exec"), namespace)
-        self._run = namespace["replay"]
-        self._constants, self._functions = constants, functions
+        self.replays = 0
+        self._outputs = list(outputs)
+        self._statements = _statements(recording, self._outputs)
+        self._blank = [None] * (recording.slots - recording.n_inputs)
+        self._program = _program(self._statements)
+        self._compiled = None
+        self._source_and_values = None
+
+    @property
+    def source(self) -> str:
+        if self._source_and_values is None:
+            self._source_and_values = _straight_line(self._statements, self._outputs, self.n_inputs)
+        return self._source_and_values[0]
 
     def __call__(self, inputs: list) -> list:
         old = np.geterr()
         try:
-            return self._run(inputs, self._constants, self._functions)
+            run = self._compiled
+            if run is None:
+                self.replays += 1
+                if self.replays <= COMPILE_AFTER:
+                    return self._interpret(inputs)
+                run = self._compiled = self._compile()
+            return run(inputs)
         finally:
             np.seterr(**old)
 
+    def _interpret(self, inputs: list) -> list:
+        s = list(inputs)
+        s += self._blank
+        for step in self._program:
+            step(s)
+        return [s[o] for o in self._outputs]
 
-def _generate(recording: Recording, outputs: list[int], constants: list, functions: list,
-              n_inputs: int) -> str:
-    last_use: dict[int, int] = {}
-    for i, step in enumerate(recording.steps):
-        for slot in _refs((step.args, step.kwargs)):
-            last_use[slot] = i
-    keep = set(outputs)
-    frees: dict[int, list[int]] = {}
-    for slot, i in last_use.items():
-        if slot not in keep:
-            frees.setdefault(i, []).append(slot)
-    function_index: dict[int, int] = {}
+    def _compile(self):
+        source = self.source
+        namespace: dict = {}
+        exec(compile(source, f"<mf.compile {self.n_steps} operations>", "exec"), namespace)
+        return namespace["make"](*self._source_and_values[1])
 
-    def constant(value) -> str:
-        if value.__class__ in _SIMPLE and (value.__class__ is not float or np.isfinite(value)):
-            return repr(value)
-        constants.append(value)
-        return f"c[{len(constants) - 1}]"
 
-    def expression(x) -> str:
-        cls = x.__class__
-        if cls is Ref:
-            return f"v{x.slot}"
-        if cls is tuple:
-            return "(" + "".join(expression(i) + ", " for i in x) + ")"
-        if cls is list:
-            return "[" + ", ".join(expression(i) for i in x) + "]"
-        if cls is dict:
-            return "{" + ", ".join(f"{k!r}: {expression(v)}" for k, v in x.items()) + "}"
-        return constant(x)
-
-    lines = ["def replay(inputs, c, f):"]
-    if n_inputs:
-        lines.append("    " + "".join(f"v{k}, " for k in range(n_inputs)) + "= inputs")
+# -- rendering ------------------------------------------------------------------------------------
+def _statements(recording: Recording, outputs: list[int]) -> list[_Statement]:
+    """Every step (and every change of numpy's error state) as a `_Statement`, with its dead slots."""
+    rendered: list[tuple[str, list, list, list]] = []   # text, params, slots read, slots written
     errstate = None
-    for i, step in enumerate(recording.steps):
+    for step in recording.steps:
         if step.errstate != errstate:
             errstate = step.errstate
-            lines.append(f"    _seterr = c[{len(constants)}]; _seterr(**c[{len(constants) + 1}])")
-            constants.extend([np.seterr, dict(errstate)])
-        k = function_index.get(id(step.fn))
-        if k is None:
-            k = function_index[id(step.fn)] = len(functions)
-            functions.append(step.fn)
-        args = ", ".join([expression(a) for a in step.args] +
-                         [f"{name}={expression(v)}" for name, v in step.kwargs.items()])
-        call = f"f[{k}]({args})"
-        targets = list(_targets(step.out, "_r"))
-        if not targets:
-            lines.append(f"    {call}")
-        elif len(targets) == 1 and targets[0][1] == "_r":
-            lines.append(f"    v{targets[0][0]} = {call}")
-        elif step.out and all(o.__class__ is Ref or o is None for o in step.out):
-            names = [f"v{o.slot}" if o is not None else "_" for o in step.out]   # one unpacking
-            lines.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = {call}")
-        else:
-            lines.append(f"    _r = {call}")
-            lines.extend(f"    v{slot} = {path}" for slot, path in targets)
-        unused = [slot for slot, _ in targets if slot not in last_use and slot not in keep]
-        dead = sorted(set(frees.get(i, ())) | set(unused))
-        if dead:
-            lines.append("    del " + ", ".join(f"v{s}" for s in dead))
-    lines.append("    return [" + ", ".join(f"v{s}" for s in outputs) + "]")
-    return "\n".join(lines) + "\n"
+            rendered.append(("$(**$)", [np.seterr, dict(errstate)], [], []))
+        rendered.append(_render(step))
+    last_use: dict[int, int] = {}
+    for i, (_, _, reads, _) in enumerate(rendered):
+        for slot in reads:
+            last_use[slot] = i
+    keep = set(outputs)
+    dead: list[list] = [[] for _ in rendered]
+    for slot, i in last_use.items():
+        if slot not in keep:
+            dead[i].append(slot)
+    for i, (_, _, _, writes) in enumerate(rendered):
+        dead[i].extend(slot for slot in writes if slot not in last_use and slot not in keep)
+    return [_Statement(text, params, sorted(set(d))) for (text, params, _, _), d in zip(rendered, dead)]
 
 
-def _refs(x):
+def _render(step) -> tuple[str, list, list, list]:
+    params: list = [step.fn]
+    reads: list = []
+    pieces = [_expression(a, params, reads) for a in step.args]
+    pieces += [f"{name}={_expression(v, params, reads)}" for name, v in step.kwargs.items()]
+    call = "$(" + ", ".join(pieces) + ")"
+    out = step.out
+    if out.__class__ is Ref:
+        params.insert(0, out.slot)
+        return "@ = " + call, params, reads, [out.slot]
+    targets = list(_targets(out, "_r"))
+    writes = [slot for slot, _ in targets]
+    if not targets:
+        return call, params, reads, writes
+    if out and all(o.__class__ is Ref or o is None for o in out):   # one unpacking
+        names = ["@" if o is not None else "_" for o in out]
+        params[:0] = writes
+        return ", ".join(names) + ("," if len(names) == 1 else "") + " = " + call, params, reads, writes
+    params.extend(writes)
+    return "_r = " + call + "".join(f"; @ = {path}" for _, path in targets), params, reads, writes
+
+
+def _expression(x, params: list, reads: list) -> str:
     cls = x.__class__
     if cls is Ref:
-        yield x.slot
-    elif cls is tuple or cls is list:
-        for item in x:
-            yield from _refs(item)
-    elif cls is dict:
-        for item in x.values():
-            yield from _refs(item)
+        params.append(x.slot)
+        reads.append(x.slot)
+        return "@"
+    if cls is tuple:
+        return "(" + "".join([_expression(i, params, reads) + ", " for i in x]) + ")"
+    if cls is list:
+        return "[" + ", ".join([_expression(i, params, reads) for i in x]) + "]"
+    if cls is dict:
+        return "{" + ", ".join([f"{k!r}: {_expression(v, params, reads)}" for k, v in x.items()]) + "}"
+    params.append(x)
+    return "$"
 
 
 def _targets(out, path: str):
@@ -133,3 +169,62 @@ def _targets(out, path: str):
     elif cls is tuple or cls is list:
         for i, item in enumerate(out):
             yield from _targets(item, f"{path}[{i}]")
+
+
+# -- the program: a function per step, from shared templates ------------------------------------------
+def _program(statements: list[_Statement]) -> list:
+    templates: dict = {}
+    program = []
+    for st in statements:
+        key = (st.text, len(st.dead))
+        make = templates.get(key)
+        if make is None:
+            make = templates[key] = _template(st.text, len(st.dead))
+        program.append(make(*st.params, *st.dead))
+    return program
+
+
+def _template(text: str, n_dead: int):
+    count = iter(range(1 << 30))
+
+    def name(match) -> str:
+        k = next(count)
+        return f"s[p{k}]" if match.group() == "@" else f"p{k}"
+
+    body = _PLACEHOLDER.sub(name, text)
+    n = next(count)
+    if n_dead:
+        body += "; " + " = ".join(f"s[p{n + k}]" for k in range(n_dead)) + " = None"
+    names = ", ".join(f"p{k}" for k in range(n + n_dead))
+    namespace: dict = {}
+    exec(f"def make({names}):\n    def step(s):\n        {body}\n    return step\n", namespace)
+    return namespace["make"]
+
+
+# -- the straight-line function -------------------------------------------------------------------------
+def _straight_line(statements: list[_Statement], outputs: list[int], n_inputs: int) -> tuple[str, list]:
+    """(the source of ``make(f0, f1, ...)`` returning ``replay(inputs)``, the values for ``f0, f1, ...``)."""
+    values: list = []
+    names: dict[int, str] = {}
+
+    def value(x) -> str:
+        if x.__class__ in _SIMPLE and (x.__class__ is not float or np.isfinite(x)):
+            return repr(x)
+        found = names.get(id(x))
+        if found is None:
+            found = names[id(x)] = f"f{len(values)}"
+            values.append(x)
+        return found
+
+    lines = []
+    if n_inputs:
+        lines.append("".join(f"v{k}, " for k in range(n_inputs)) + "= inputs")
+    for st in statements:
+        params = iter(st.params)
+        lines.append(_PLACEHOLDER.sub(
+            lambda m: f"v{next(params)}" if m.group() == "@" else value(next(params)), st.text))
+        if st.dead:
+            lines.append("del " + ", ".join(f"v{s}" for s in st.dead))
+    lines.append("return [" + ", ".join(f"v{s}" for s in outputs) + "]")
+    header = f"def make({', '.join(names.values())}):\n    def replay(inputs):\n"
+    return header + "".join(f"        {line}\n" for line in lines) + "    return replay\n", values

@@ -2,7 +2,9 @@
 
 Each case trains two copies of one model from the same seed for 20 steps with Adam and a throwing
 global-norm clip, one eagerly and one through `mf.compile`, and compares the loss, the carried
-recurrent state, every parameter and every optimiser state array bit for bit after every step.
+recurrent state, every parameter and every optimiser state array bit for bit after every step. Here
+a replay is compiled into its straight-line form after five replays (64 by default), so each case
+compares both forms of the replay with the eager step.
 
 Every case runs with numba kernels. The HM-LSTM's, the LSTMs' and the GRU's kernels are large and take
 numba a while to compile: those cases are marked slow and also run on the numpy backend, as do the
@@ -17,6 +19,11 @@ import minflux as mf
 from minflux_models import HMLSTM, LSTMLM
 
 VOCAB, BATCH, STEPS, TIME = 11, 4, 20, 6
+
+
+@pytest.fixture(autouse=True)
+def compile_after_five_replays(monkeypatch):
+    monkeypatch.setattr("minflux.schedule.replay.COMPILE_AFTER", 5)
 
 
 def train_step(model, opt_state, carry, x, y, loss_fn):
@@ -150,6 +157,8 @@ def test_compiled_training_equals_eager_to_the_bit(case, backend):
         assert_same(arrays_of(model, opt_state), arrays_of(twin, twin_state), f"step {k}")
         losses.append(float(loss))
     assert step.recordings == 1 and step.replays >= STEPS - 3, (step.recordings, step.replays)
+    (entry,) = step._entries.values()
+    assert entry.replay._compiled is not None        # the last replays ran the straight-line form
     start, start_state = build(case)[:2]
     moved = [name for (name, a), (_, b) in zip(arrays_of(start, start_state), arrays_of(twin, twin_state))
              if bits(a) != bits(b)]

@@ -18,8 +18,18 @@ state where the recording changed it, and return the output slots as a list.
 >>> replay = Replay(rec, [y._slot])
 >>> replay([np.zeros(2)])
 [array([2., 2.])]
->>> print(replay.source.splitlines()[3])
-        v1 = f0(v0)
+>>> print(replay.source)
+def make(f0, f1, f2, f3):
+    def replay(inputs):
+        v0, = inputs
+        f0(**f1)
+        v1 = f2(v0)
+        del v0
+        v2 = f3(v1, 1.0)
+        del v1
+        return [v2]
+    return replay
+<BLANKLINE>
 """
 from __future__ import annotations
 

@@ -1,9 +1,12 @@
-"""The matrix product every minflux operation calls: one place that decides its threads.
+"""The matrix product every minflux operation calls: one place that decides its library and threads.
+
+2-D float products go to MKL when its wheel is installed (`minflux.gemm_provider`: 1.3-1.75x
+OpenBLAS at the recurrent models' shapes) and to numpy's ``matmul`` otherwise.
 
 BLAS runs on one thread in a minflux process (`minflux.compiler.threads`): OpenBLAS's own workers
 spin while they wait for the next product, which on a busy machine costs many times the work. A
 product large enough to pay for a second thread is instead split into column (or row) blocks that
-run at once on minflux's sleeping worker pool (over the cores other work leaves free,
+run on minflux's sleeping worker pool (over the cores other work leaves free,
 `minflux.compiler.threads.threads_now`), each block one single-threaded BLAS call writing its part
 of the result. Small products, batched products and non-numpy arrays go straight to the array
 module's ``matmul``.
@@ -19,7 +22,8 @@ import numpy as np
 
 from .backend import get_array_module
 from .compiler.row_pool import run_rows
-from .compiler.threads import threads_now
+from .compiler.threads import get_num_threads, threads_now
+from .gemm_provider import gemm
 from .schedule import operation
 
 __all__ = ["matmul", "PARALLEL_MIN_MULTIPLY_ADDS"]
@@ -38,26 +42,38 @@ _BLOCK = 64   # columns (or rows) per unit of work: whole register tiles of the 
 def matmul(a, b):
     """``a @ b`` as the array module computes it, with large 2-D numpy products split over threads.
 
+    A large product is cut into as many shares as the thread budget (`minflux.get_num_threads`)
+    allows, whatever the load, and the shares run on the threads free at the moment: its bits depend
+    on its shape and the budget, never on how busy the machine is.
+
     >>> import numpy as np
     >>> matmul(np.eye(2), np.array([[1.0, 2.0], [3.0, 4.0]])).tolist()
     [[1.0, 2.0], [3.0, 4.0]]
     """
     xp = get_array_module(a, b, op="mf.matmul (@)")
-    if xp is not np or a.ndim != 2 or b.ndim != 2:
+    if xp is not np or a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         return xp.matmul(a, b)
-    m, k = a.shape
-    n = b.shape[1]
-    n_threads = threads_now() if m * n * k >= PARALLEL_MIN_MULTIPLY_ADDS else 1
+    (m, k), n = a.shape, b.shape[1]
     by_columns = n >= m
     blocks = -(-(n if by_columns else m) // _BLOCK)
-    if n_threads == 1 or blocks < 2 or k != b.shape[0]:
-        return np.matmul(a, b)
-    out = np.empty((m, n), np.result_type(a, b))
-    if by_columns:
-        def share(j0, j1):
-            np.matmul(a, b[:, j0 * _BLOCK:j1 * _BLOCK], out=out[:, j0 * _BLOCK:j1 * _BLOCK])
-    else:
-        def share(i0, i1):
-            np.matmul(a[i0 * _BLOCK:i1 * _BLOCK], b, out=out[i0 * _BLOCK:i1 * _BLOCK])
-    run_rows(share, 0, blocks, n_threads, ())
+    shares = min(get_num_threads(), blocks) if m * n * k >= PARALLEL_MIN_MULTIPLY_ADDS else 1
+    out = np.empty((m, n), np.result_type(a, b)) if shares > 1 or gemm is not None else None
+    if shares == 1:
+        return out if out is not None and gemm(a, b, out) else np.matmul(a, b)
+    edges = [blocks * s // shares * _BLOCK for s in range(shares + 1)]
+
+    def run(s0, s1):
+        for s in range(s0, s1):
+            part = slice(edges[s], edges[s + 1])
+            if by_columns:
+                _product(a, b[:, part], out[:, part])
+            else:
+                _product(a[part], b, out[part])
+
+    run_rows(run, 0, shares, threads_now(), ())
     return out
+
+
+def _product(a, b, out) -> None:
+    if gemm is None or not gemm(a, b, out):
+        np.matmul(a, b, out=out)

@@ -54,3 +54,15 @@ def test_batched_and_vector_products_keep_numpys_rules(split_everything):
     a, b, v = rng.standard_normal((4, 5, 6)), rng.standard_normal((6, 7)), rng.standard_normal(6)
     np.testing.assert_allclose(matrix_product.matmul(a, b), a @ b, rtol=1e-12)
     np.testing.assert_allclose(matrix_product.matmul(b.T, v), b.T @ v, rtol=1e-12)
+
+
+@pytest.mark.parametrize("m, k, n", [(32, 256, 513), (64, 700, 520), (520, 300, 64)])
+def test_a_split_products_bits_depend_on_the_budget_never_on_the_load(split_everything, monkeypatch, m, k, n):
+    rng = np.random.default_rng(m + k + n)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    results = []
+    for free in (1, 2, 3):
+        monkeypatch.setattr(matrix_product, "threads_now", lambda free=free: free)
+        results.append(matrix_product.matmul(a, b))
+    for got in results[1:]:
+        np.testing.assert_array_equal(got, results[0])

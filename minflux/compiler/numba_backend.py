@@ -46,6 +46,7 @@ from .errors import CompileError
 from .ifconvert import if_convert
 from .ir import Assign, Break, Call, Continue, Function, If, Loop, Return, Var, has_loops
 from .layout import Plan, read
+from .pointers import pointers
 from .row_pool import run_rows
 from .rules import TABLE
 from .threads import threads_now
@@ -401,7 +402,7 @@ class Launcher:
         if total:
             if self.reads is not None:
                 arrays = [read(a, how, shape) for a, how in zip(arrays, self.reads)]
-            args = (*self.head, *[a.ctypes.data for a in arrays], *[r.ctypes.data for r in results])
+            args = (*self.head, *pointers(arrays), *pointers(results))
             n_threads = min(threads_now(), self.plan.rows) if total >= PARALLEL_MIN_ELEMENTS else 1
             for r0, r1 in self.chunks:
                 run_rows(self.kernel.call, r0, r1, n_threads, args)

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..backend import is_numpy_array
 from ..compiler.compiled import get_elementwise_backend
+from ..compiler.pointers import pointers
 
 _HEADER = '''"""A minflux layer-norm row kernel ({name}, {float_type}). Do not edit."""
 import numpy as np
@@ -121,9 +122,8 @@ def forward(x, scale, shift, eps: float, out, normalised, reciprocal) -> None:
     rows, columns = x.shape
     eps_box = np.array([eps], np.float64)
     if rows:
-        _kernels(x.dtype.name)[0].call(0, rows, columns, x.size, rows, x.ctypes.data, scale.ctypes.data,
-                                       shift.ctypes.data, eps_box.ctypes.data, out.ctypes.data,
-                                       normalised.ctypes.data, reciprocal.ctypes.data)
+        _kernels(x.dtype.name)[0].call(0, rows, columns, x.size, rows, *pointers(
+            (x, scale, shift, eps_box, out, normalised, reciprocal)))
 
 
 def backward(g, normalised, reciprocal, scale, g_x, g_scale, g_shift) -> None:
@@ -131,9 +131,8 @@ def backward(g, normalised, reciprocal, scale, g_x, g_scale, g_shift) -> None:
     ``g_scale`` and ``g_shift``."""
     rows, columns = g.shape
     if rows:
-        _kernels(g.dtype.name)[1].call(0, rows, columns, g.size, rows, g.ctypes.data,
-                                       normalised.ctypes.data, reciprocal.ctypes.data, scale.ctypes.data,
-                                       g_x.ctypes.data, g_scale.ctypes.data, g_shift.ctypes.data)
+        _kernels(g.dtype.name)[1].call(0, rows, columns, g.size, rows, *pointers(
+            (g, normalised, reciprocal, scale, g_x, g_scale, g_shift)))
 
 
 def usable(*arrays) -> bool:

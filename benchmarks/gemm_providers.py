@@ -1,8 +1,10 @@
 """Single-precision matrix products at the HM-LSTM step's shapes, per GEMM library, one core and all.
 
 Candidates, each loaded through its C interface when its wheel is installed: numpy's bundled
-OpenBLAS (``np.matmul``), a newer OpenBLAS (``scipy-openblas32``), MKL's CBLAS (``mkl``), oneDNN's
-``dnnl_sgemm`` (``onednn``) and BLIS (``blis``, single-threaded build). Shapes, for both step sizes:
+OpenBLAS (``np.matmul``), a newer OpenBLAS (``scipy-openblas32``), MKL's CBLAS (``mkl``, with its own
+default threading), oneDNN's ``dnnl_sgemm`` (``onednn``) and BLIS (``blis``, single-threaded build);
+and ``minflux``: `minflux.matrix_product.matmul` as a user gets it (MKL sequential when installed,
+large products split over minflux's pool). Shapes, for both step sizes:
 the forward product ``B x K @ K x 4H``, the input gradient ``B x 4H @ (K x 4H).T`` and the stacked
 weight gradient ``(T B x K).T @ T B x 4H`` (transposed operands are passed as BLAS transposes, never
 copied). Every library runs in its own process (`_own_process`: ``one`` pins it to one core with
@@ -31,7 +33,7 @@ SHAPES = {  # name -> (M, K, N, a transposed, b transposed)
     "ptb input grad 64x2048 @ 2048x1536": (64, 2048, 1536, False, True),
     "ptb weight grad 1536x6400 @ 6400x2048": (1536, 6400, 2048, True, False),
 }
-LIBRARIES = ("numpy", "openblas32", "mkl", "onednn", "blis")
+LIBRARIES = ("numpy", "openblas32", "mkl", "onednn", "blis", "minflux")
 
 
 def _operand(a):
@@ -52,15 +54,20 @@ def _cblas(function):
         function(101, 112 if ta else 111, 112 if tb else 111, m, b.shape[1], k, ctypes.c_float(1.0),
                  a.ctypes.data_as(ctypes.c_void_p), lda, b.ctypes.data_as(ctypes.c_void_p), ldb,
                  ctypes.c_float(0.0), out.ctypes.data_as(ctypes.c_void_p), out.shape[1])
+        return out
     return gemm
 
 
 def provider(name: str):
-    """``gemm(a, b, out)`` of library ``name``, or raise ImportError/OSError when it is not installed."""
+    """``gemm(a, b, out)`` of library ``name`` (returning the product), or raise ImportError/OSError when it is not installed."""
     import numpy as np
 
     if name == "numpy":
         return lambda a, b, out: np.matmul(a, b, out=out)
+    if name == "minflux":
+        from minflux.matrix_product import matmul
+
+        return lambda a, b, out: matmul(a, b)   # allocates its result, as every product in a step does
     if name == "openblas32":
         import scipy_openblas32
 
@@ -82,6 +89,7 @@ def provider(name: str):
                        a.ctypes.data, lda, b.ctypes.data, ldb, 0.0, out.ctypes.data, out.shape[1])
             if status != 0:
                 raise RuntimeError(f"dnnl_sgemm returned {status}")
+            return out
         return gemm
     if name == "blis":
         from blis.py import gemm as blis_gemm
@@ -89,6 +97,7 @@ def provider(name: str):
         def gemm(a, b, out):   # takes C-ordered operands and transpose flags
             ta, tb = _operand(a)[0], _operand(b)[0]
             blis_gemm(a.T if ta else a, b.T if tb else b, out=out, trans1=ta, trans2=tb, beta=0.0)
+            return out
         return gemm
     raise ValueError(f"unknown library {name!r}")
 
@@ -108,9 +117,9 @@ def worker(setting: str, library: str) -> int:
         b = rng.standard_normal((n, k) if tb else (k, n), dtype=np.float32)
         a, b = (a.T if ta else a), (b.T if tb else b)
         out = np.empty((m, n), np.float32)
-        gemm(a, b, out)
+        result = gemm(a, b, out)
         exact = a.astype(np.float64) @ b.astype(np.float64)
-        if not np.allclose(out, exact, rtol=1e-4, atol=1e-3 * np.sqrt(k)):
+        if not np.allclose(result, exact, rtol=1e-4, atol=1e-3 * np.sqrt(k)):
             raise AssertionError(f"{library} computed a wrong product at {label}")
         samples = timed(lambda: gemm(a, b, out), max(5, int(2e9 / (2 * m * n * k))))
         rates[label] = {"gflops": 2 * m * n * k / statistics.median(w for w, _ in samples) / 1e9,

@@ -8,8 +8,8 @@ spin while they wait for the next product, which on a busy machine costs many ti
 product large enough to pay for a second thread is instead split into column (or row) blocks that
 run on minflux's sleeping worker pool (over the cores other work leaves free,
 `minflux.compiler.threads.threads_now`), each block one single-threaded BLAS call writing its part
-of the result. Small products, batched products and non-numpy arrays go straight to the array
-module's ``matmul``.
+of the result. Small products, batched products of matrices and non-numpy arrays go straight to the
+array module's ``matmul``.
 
 >>> import numpy as np
 >>> a, b = np.ones((64, 512), np.float32), np.ones((512, 1024), np.float32)
@@ -42,17 +42,26 @@ _BLOCK = 64   # columns (or rows) per unit of work: whole register tiles of the 
 def matmul(a, b):
     """``a @ b`` as the array module computes it, with large 2-D numpy products split over threads.
 
-    A large product is cut into as many shares as the thread budget (`minflux.get_num_threads`)
-    allows, whatever the load, and the shares run on the threads free at the moment: its bits depend
-    on its shape and the budget, never on how busy the machine is.
+    Rows times one matrix (``a`` with three or more axes, ``b`` with two) is one 2-D product over all
+    the rows. A large product is cut into as many shares as the thread budget
+    (`minflux.get_num_threads`) allows, whatever the load, and the shares run on the threads free at
+    the moment: its bits depend on its shape and the budget, never on how busy the machine is.
 
     >>> import numpy as np
     >>> matmul(np.eye(2), np.array([[1.0, 2.0], [3.0, 4.0]])).tolist()
     [[1.0, 2.0], [3.0, 4.0]]
     """
     xp = get_array_module(a, b, op="mf.matmul (@)")
-    if xp is not np or a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+    if xp is not np or b.ndim != 2 or a.ndim < 2 or a.shape[-1] != b.shape[0]:
         return xp.matmul(a, b)
+    if a.ndim == 2:
+        return _matmul_2d(a, b)
+    if a.size == 0:
+        return xp.matmul(a, b)
+    return _matmul_2d(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[1])
+
+
+def _matmul_2d(a, b):
     (m, k), n = a.shape, b.shape[1]
     by_columns = n >= m
     blocks = -(-(n if by_columns else m) // _BLOCK)

@@ -66,3 +66,22 @@ def test_a_split_products_bits_depend_on_the_budget_never_on_the_load(split_ever
         results.append(matrix_product.matmul(a, b))
     for got in results[1:]:
         np.testing.assert_array_equal(got, results[0])
+
+
+@pytest.mark.parametrize("rows", ["contiguous", "time-major view", "empty"])
+def test_rows_times_one_matrix_is_one_product_over_all_rows(split_everything, monkeypatch, rows):
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((6, 5, 33)).astype(np.float32)
+    if rows == "time-major view":
+        a = a.transpose(1, 0, 2)                  # (5, 6, 33) whose leading axes do not merge
+    elif rows == "empty":
+        a = a[:, :0]
+    b = rng.standard_normal((33, 70)).astype(np.float32)
+    products = []
+    real = matrix_product._matmul_2d
+    monkeypatch.setattr(matrix_product, "_matmul_2d", lambda x, y: (products.append(x.shape), real(x, y))[1])
+    got = matrix_product.matmul(a, b)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    assert got.shape == exact.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5)
+    assert products == ([] if rows == "empty" else [(30, 33)])

@@ -139,8 +139,12 @@ class Recording:
         self.check_open()
         found: list = []
         raw_args, ref_args = self._unwrap(args, found)
-        raw_kwargs, ref_kwargs = self._unwrap(kwargs, found)
-        dynamic = dynamic or any(t._dynamic for t in found)
+        raw_kwargs, ref_kwargs = self._unwrap(kwargs, found) if kwargs else ({}, {})
+        if not dynamic:
+            for t in found:
+                if t._dynamic:
+                    dynamic = True
+                    break
         result = fn(*raw_args, **raw_kwargs)
         wrapped, out = self.adopt(result, dynamic, fn)
         if replayed is not None:
@@ -165,8 +169,15 @@ class Recording:
             found.append(x)
             return x._value, Ref(x._slot)
         if cls is tuple or cls is list:
-            pairs = [self._unwrap(item, found) for item in x]
-            return cls(p[0] for p in pairs), cls(p[1] for p in pairs)
+            raw, refs = [], []
+            for item in x:
+                if item.__class__ in _WALKED:
+                    value, ref = self._unwrap(item, found)
+                else:
+                    value = ref = item
+                raw.append(value)
+                refs.append(ref)
+            return (tuple(raw), tuple(refs)) if cls is tuple else (raw, refs)
         if cls is dict:
             pairs = {k: self._unwrap(v, found) for k, v in x.items()}
             return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
@@ -203,3 +214,6 @@ class Recording:
 
 
 from .traced import Traced, TracedGenerator  # noqa: E402  (Traced needs Recording's module for its errors)
+
+_WALKED = frozenset({Traced, TracedGenerator, tuple, list, dict, slice})
+"""The classes `Recording._unwrap` looks into; everything else is a constant of the step."""

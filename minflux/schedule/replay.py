@@ -137,8 +137,20 @@ def _statements(recording: Recording, outputs: list[int]) -> list[_Statement]:
 def _render(step) -> tuple[str, list, list, list]:
     params: list = [step.fn]
     reads: list = []
-    pieces = [_expression(a, params, reads) for a in step.args]
-    pieces += [f"{name}={_expression(v, params, reads)}" for name, v in step.kwargs.items()]
+    pieces = []
+    for a in step.args:
+        cls = a.__class__
+        if cls is Ref:
+            params.append(a.slot)
+            reads.append(a.slot)
+            pieces.append("@")
+        elif cls is tuple or cls is list or cls is dict:
+            pieces.append(_expression(a, params, reads))
+        else:
+            params.append(a)
+            pieces.append("$")
+    if step.kwargs:
+        pieces += [f"{name}={_expression(v, params, reads)}" for name, v in step.kwargs.items()]
     call = "$(" + ", ".join(pieces) + ")"
     out = step.out
     if out.__class__ is Ref:
@@ -182,13 +194,18 @@ def _targets(out, path: str):
 
 
 # -- the program: a function per step, from shared templates ------------------------------------------
+_templates: dict = {}   # (statement text, dead slots) -> its template; a few hundred at most in practice
+
+
 def _program(statements: list[_Statement]) -> list:
-    templates: dict = {}
+    templates = _templates
     program = []
     for st in statements:
         key = (st.text, len(st.dead))
         make = templates.get(key)
         if make is None:
+            if len(templates) >= 4096:
+                templates.clear()
             make = templates[key] = _template(st.text, len(st.dead))
         program.append(make(*st.params, *st.dead))
     return program

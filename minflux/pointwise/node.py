@@ -17,6 +17,7 @@ from ..backend import get_array_module
 from ..broadcasting import sum_to
 from ..schedule import operation
 from ..tensor import Tensor, unwrap
+from .node_kernel import gradient_sums
 
 
 def _finish(acc, shape, dtype):
@@ -82,9 +83,47 @@ def _annihilating_product(g, p, fresh: bool, seed: bool, g_finite):
 
 
 def _guarded(g, p):
-    """``g * p`` with a zero factor annihilating the other (inf or nan) one."""
+    """``g * p`` with a zero factor annihilating the other (inf or nan) one: a product that is not
+    finite where a factor is zero is zero."""
     xp = get_array_module(g, p)
-    return xp.where((g == 0) | (p == 0), 0, g * p).astype(xp.result_type(g, p), copy=False)
+    product = g * p
+    return xp.where(((g == 0) | (p == 0)) & ~xp.isfinite(product), 0, product).astype(product.dtype, copy=False)
+
+
+@operation
+def _gradient_sums(grads: list, partials: list, structure: tuple, fresh: bool) -> list:
+    """Per argument, the sum of its terms ``grads[g] * partials[p]`` (``structure[q]``: the terms of
+    sum ``q`` in order), as one compiled kernel (`node_kernel`) where the arrays allow, else term by
+    term; both give the same bits."""
+    if _one_kernel_applies(grads, partials):
+        return gradient_sums(grads, partials, structure)
+    finite = [_finite_seed(g) if fresh else None for g in grads]
+    sums = []
+    for terms in structure:
+        acc = None
+        for g, p in terms:
+            term = _times(grads[g], partials[p], fresh, finite[g])
+            acc = term if acc is None else acc + term
+        sums.append(acc)
+    return sums
+
+
+def _one_kernel_applies(grads: list, partials: list) -> bool:
+    from ..compiler.compiled import get_elementwise_backend
+
+    first = partials[0]
+    if get_elementwise_backend() != "numba" or first.__class__ is not np.ndarray or \
+            first.dtype not in _KERNEL_DTYPES:
+        return False
+    shape, dtype = first.shape, first.dtype
+    for a in grads + partials:
+        if a.__class__ is not np.ndarray or a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
+            return False
+    return True
+
+
+_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_NUMBERS = (int, float)
 
 
 def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], partials: dict,
@@ -114,31 +153,38 @@ def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], parti
 
     if len(outputs) == 1:
         def vjp(g, needs):
-            grads = [None] * n_args
-            g_finite = _finite_seed(g) if fresh else None
-            for _, k, p, shape, dtype in terms:
-                if needs[k]:
-                    grads[k] = _finish(_times(g, p, fresh, g_finite), shape, dtype)
-            return grads
-
-        return record(name, outputs[0], args, vjp)
+            return vjp_multi([g], needs)
 
     def vjp_multi(gout, needs):
+        wanted = [t for t in terms if gout[t[0]] is not None and needs[t[1]]]
+        grads = [None] * n_args
+        if len(wanted) > 1 and not any(t[2].__class__ in _NUMBERS for t in wanted):
+            # one pass for every sum: each argument's terms in the node's order
+            outs = list(dict.fromkeys(t[0] for t in wanted))
+            groups = [[t for t in wanted if t[1] == k] for k in dict.fromkeys(t[1] for t in wanted)]
+            structure, first = [], 0
+            for group in groups:
+                structure.append(tuple((outs.index(t[0]), first + j) for j, t in enumerate(group)))
+                first += len(group)
+            sums = _gradient_sums([gout[m] for m in outs], [t[2] for group in groups for t in group],
+                                  tuple(structure), fresh)
+            for group, acc in zip(groups, sums):
+                _, k, _, shape, dtype = group[0]
+                grads[k] = _finish(acc, shape, dtype)
+            return grads
+        finite = {m: _finite_seed(g) if fresh else None for m, g in enumerate(gout) if g is not None}
         sums: dict[int, Any] = {}
         meta = {}
-        finite = {m: _finite_seed(g) if fresh else None for m, g in enumerate(gout) if g is not None}
-        for m, k, p, shape, dtype in terms:
-            g = gout[m]
-            if g is None or not needs[k]:
-                continue
-            term = _times(g, p, fresh, finite[m])
+        for m, k, p, shape, dtype in wanted:
+            term = _times(gout[m], p, fresh, finite[m])
             sums[k] = term if k not in sums else sums[k] + term
             meta[k] = (shape, dtype)
-        grads = [None] * n_args
         for k, acc in sums.items():
             grads[k] = _finish(acc, *meta[k])
         return grads
 
+    if len(outputs) == 1:
+        return record(name, outputs[0], args, vjp)
     return record(name, list(outputs), args, vjp_multi, multi=True)
 
 

@@ -1,0 +1,104 @@
+"""A broadcast node's gradient sums in one compiled pass: the values of the term-by-term numpy path,
+zeros annihilating infinities and NaNs per element, and the numba backend's nodes taking it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minflux as mf
+from minflux.pointwise import node
+from minflux.pointwise.node_kernel import gradient_sums
+
+STRUCTURE = (((0, 0), (1, 1)), ((1, 2),), ((0, 3), (1, 4), (0, 5)))   # three sums over two gradients
+
+
+def assert_same(a, b):
+    """Equal values with zeros' signs equal; NaN equals NaN (a NaN's sign and payload are the CPU's
+    choice, which differs between numpy's and LLVM's instruction order)."""
+    np.testing.assert_array_equal(a, b)
+    zeros = a == 0
+    np.testing.assert_array_equal(np.signbit(a[zeros]), np.signbit(b[zeros]))
+
+
+def numpy_sums(grads, partials, structure):
+    """The term-by-term path: each product with a zero annihilating, then added left to right."""
+    sums = []
+    for terms in structure:
+        acc = None
+        for g, p in terms:
+            term = node._guarded(grads[g], partials[p])
+            acc = term if acc is None else acc + term
+        sums.append(acc)
+    return sums
+
+
+def arrays(rng, n, shape, dtype, specials: bool):
+    out = [rng.standard_normal(shape).astype(dtype) for _ in range(n)]
+    if specials:
+        for a in out:
+            flat = a.reshape(-1)
+            picks = rng.integers(0, flat.size, 40)
+            flat[picks] = rng.choice(np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e30], dtype), picks.size)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(32, 128), (7,), (3, 5, 2), (1 << 17) + 5])
+@pytest.mark.parametrize("specials", [False, True])
+def test_the_kernel_gives_the_term_by_term_values(dtype, shape, specials):
+    rng = np.random.default_rng(np.prod(shape) + 7 * specials + np.dtype(dtype).itemsize)
+    grads, partials = arrays(rng, 2, shape, dtype, specials), arrays(rng, 6, shape, dtype, specials)
+    got = gradient_sums(grads, partials, STRUCTURE)
+    with np.errstate(all="ignore"):
+        expected = numpy_sums(grads, partials, STRUCTURE)
+    for a, b in zip(got, expected):
+        assert a.dtype == dtype and a.shape == np.shape(np.empty(shape))
+        assert_same(a, b)
+
+
+def test_a_zero_annihilates_only_a_product_that_is_not_finite():
+    g = np.array([0.0, 0.0, -0.0, 2.0, 0.0])
+    p = np.array([np.inf, np.nan, 3.0, np.inf, -5.0])
+    (kernel,) = gradient_sums([g], [p], (((0, 0),),))
+    expected = np.array([0.0, 0.0, -0.0, np.inf, -0.0])
+    np.testing.assert_array_equal(kernel.view(np.uint8), expected.view(np.uint8))
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(node._guarded(g, p).view(np.uint8), expected.view(np.uint8))
+
+
+def cell(z, c, f, i):
+    """Two outputs of four arguments, one of them broadcast over the columns: ten partials' worth."""
+    c_new = f * c + i * mf.tanh(c) if z > 0.5 else c + i
+    return c_new, mf.tanh(c_new) * f
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_node_with_many_partials_backpropagates_through_the_kernel_as_through_numpy(backend, dtype, monkeypatch):
+    rng = np.random.default_rng(3)
+    z = rng.random((6, 1)).astype(dtype)
+    c, f, i = (rng.standard_normal((6, 9)).astype(dtype) for _ in range(3))
+    used = []
+    real = node.gradient_sums
+    monkeypatch.setattr(node, "gradient_sums", lambda *a: (used.append(1), real(*a))[1])
+
+    def loss(c, f, i):
+        a, b = mf.broadcast(cell, z, c, f, i, mode="mixed")
+        return mf.sum(a * a) + mf.sum(b * b)   # gradients of both outputs are arrays, not the seed
+
+    got = mf.gradient(loss, c, f, i)
+    assert bool(used) == (backend == "numba")
+    monkeypatch.setattr(node, "_one_kernel_applies", lambda *a: False)   # the numpy path
+    expected = mf.gradient(loss, c, f, i)
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+    # and both are the derivative: float64 central differences
+    if dtype == np.float64:
+        h = 1e-6
+        for k, x in enumerate((c, f, i)):
+            e = np.zeros_like(x)
+            e[2, 3] = h
+            args = [c, f, i]
+            plus, minus = list(args), list(args)
+            plus[k], minus[k] = x + e, x - e
+            numeric = (float(loss(*plus)) - float(loss(*minus))) / (2 * h)
+            assert got[k][2, 3] == pytest.approx(numeric, rel=1e-6, abs=1e-8)

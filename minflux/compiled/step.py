@@ -129,9 +129,9 @@ class CompiledStep:
 
     # -- recording ----------------------------------------------------------------------------
     def _record(self, entry: _Entry, args: tuple, flat: guard.Flat):
-        # A recording makes a hundred thousand objects that live on (its steps, the replay); the
-        # cyclic collector would walk them again and again (a sixth of the call), and they hold no
-        # cycles to find.
+        # A recording makes a hundred thousand objects that live on (its steps, the replay), which the
+        # cyclic collector would walk again and again (a sixth of the call); cycles that become
+        # garbage during the call wait for the first collection after it.
         collecting = gc.isenabled()
         gc.disable()
         try:

@@ -94,7 +94,7 @@ def _guarded(g, p):
 def _gradient_sums(grads: list, partials: list, structure: tuple, fresh: bool) -> list:
     """Per argument, the sum of its terms ``grads[g] * partials[p]`` (``structure[q]``: the terms of
     sum ``q`` in order), as one compiled kernel (`node_kernel`) where the arrays allow, else term by
-    term; both give the same bits."""
+    term; both give the same values, zeros' signs included."""
     if _one_kernel_applies(grads, partials):
         return gradient_sums(grads, partials, structure)
     finite = [_finite_seed(g) if fresh else None for g in grads]

@@ -159,3 +159,26 @@ def test_a_recorded_array_counts_as_the_array_it_stands_for():
     assert mf.is_array(t) and mf.get_array_module(t) is np and t.shape == (2, 3) and t.dtype == np.float32
     assert not mf.is_array(s)        # a numpy scalar, as eagerly: not an array leaf of a tree
     assert t.T.shape == (3, 2) and len(t) == 2 and [row.shape for row in t] == [(3,), (3,)]
+
+
+@pytest.mark.parametrize("compile_after", [COMPILE_AFTER, 0], ids=["program", "straight-line"])
+def test_a_replay_sets_numpys_error_state_where_the_recording_changed_it(monkeypatch, compile_after):
+    monkeypatch.setattr("minflux.schedule.replay.COMPILE_AFTER", compile_after)
+
+    def f(x):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            quiet = np.log(x)
+        with np.errstate(divide="raise"):
+            loud = np.log(x + 1.0)
+        return quiet, loud
+
+    rec = Recording("f")
+    outs = f(rec.input(np.array([1.0, 2.0])))
+    replay = Replay(rec, [o._slot for o in outs])
+    rec.close()
+    before = np.geterr()
+    quiet, loud = replay([np.array([0.0, 1.0])])
+    assert quiet[0] == -np.inf and loud[0] == 0.0
+    with pytest.raises(FloatingPointError):
+        replay([np.array([-1.0, 1.0])])                   # log(0) in the block that raises
+    assert np.geterr() == before                          # and the caller's state is back

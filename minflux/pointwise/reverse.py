@@ -16,7 +16,9 @@ from ..autograd import active_tape
 from ..backend import as_array, get_array_module
 from ..compiler.dependence import differentiable_dependence
 from ..compiler.dtypes import kind_dtype
+from ..compiler.ir import If, Loop, walk
 from ..compiler.numpy_backend import ArrayOps, evaluate
+from ..schedule import recording_of
 from ..tensor import Tensor, unwrap
 from .eager import apply_primitive_now
 from .node import broadcast_node
@@ -41,6 +43,11 @@ def run_reverse(cf, args, arrays, kinds, float_dtype, shape):
     """Evaluate compiled function ``cf`` op by op; ``arrays`` etc. come from `compiler.compiled.prepare`."""
     xp = get_array_module(*arrays)
     fn = cf.typed_for(kinds)
+    recording = recording_of(arrays)
+    if recording is not None and any(isinstance(s, (If, Loop)) for s in walk(fn.body)):
+        raise recording.refuse(
+            f"runs {cf.name} with mode='reverse' (its branches and loops decided on the data one op at a "
+            "time; mode='auto' or 'mixed' decides them inside a compiled kernel, which a replay repeats)")
     tape = active_tape()
     first_node = len(tape.nodes) if tape is not None else 0
     inputs = [a if isinstance(a, Tensor) and kind == "f" else arr

@@ -25,20 +25,26 @@ from typing import Callable
 
 from .traced import Traced
 
-__all__ = ["operation"]
+__all__ = ["operation", "recording_of"]
 
 
-def _recording_of(x):
+def recording_of(x):
+    """The `Recording` an argument structure's traced arrays belong to, or None outside a recording.
+
+    >>> import numpy as np
+    >>> recording_of([np.ones(2), {"a": 1.0}]) is None
+    True
+    """
     cls = x.__class__
     if cls is Traced:
         return x._recording
     if cls is tuple or cls is list:
         for item in x:
-            found = _recording_of(item)
+            found = recording_of(item)
             if found is not None:
                 return found
     elif cls is dict:
-        return _recording_of(list(x.values()))
+        return recording_of(list(x.values()))
     return None
 
 
@@ -59,7 +65,7 @@ def operation(fn: Callable | None = None, *, replayed: Callable | None = None) -
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        recording = _recording_of(args) or _recording_of(kwargs)
+        recording = recording_of(args) or recording_of(kwargs)
         if recording is None:
             return fn(*args, **kwargs)
         return recording.call(fn, args, kwargs, replayed=replayed)

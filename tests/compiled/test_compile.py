@@ -174,3 +174,21 @@ def test_a_replayed_kernel_launch_reads_arrays_laid_out_unlike_the_recordings():
         assert xs.shape == ys.shape == (6, 5)
         np.testing.assert_allclose(f(xs, ys), expected(xs, ys), rtol=1e-15)
     assert f.recordings == 1 and f.replays == 6
+
+
+def test_reverse_mode_replays_straight_code_and_refuses_branches_by_name():
+    def square_plus_one(x):
+        return x * x + 1.0
+
+    def branchy(x):
+        return x * 2.0 if x > 0 else -x
+
+    def gradient_of(fn):
+        return lambda x: mf.gradient(lambda y: mf.sum(mf.broadcast(fn, y, mode="reverse")), x)[0]
+
+    step = mf.compile(gradient_of(square_plus_one))
+    for x in (np.array([1.0, -2.0]), np.array([3.0, 0.5]), np.array([-1.0, 4.0])):
+        np.testing.assert_array_equal(step(x), 2 * x)
+    assert step.replays == 2
+    with pytest.raises(mf.NotReplayable, match=r"runs branchy with mode='reverse' .*mode='auto' or 'mixed'"):
+        mf.compile(gradient_of(branchy))(np.array([1.0, -2.0]))

@@ -36,6 +36,7 @@ _CHOICES = ("auto", "mkl", "numpy")
 _THREADING_SEQUENTIAL = 1
 _CBWR_AUTO, _CBWR_SUCCESS = 2, 0
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_INT_MAX = 2**31 - 1
 
 
 class GemmUnavailable(ImportError):
@@ -93,6 +94,8 @@ def _mkl_gemm(library: ctypes.CDLL):
         if la is None or lb is None or lc is None or lc[0] != _NO_TRANS:
             return False
         (m, k), n = a.shape, out.shape[1]
+        if max(m, n, k, la[1], lb[1], lc[1]) > _INT_MAX:   # MKL's LP64 interface counts in 32 bits
+            return False
         pa, pb, pc = pointers((a, b, out))
         routine, scalar = found
         routine(_ROW_MAJOR, la[0], lb[0], m, n, k, 1.0, pa, la[1], pb, lb[1], 0.0, pc, lc[1])

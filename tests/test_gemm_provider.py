@@ -115,3 +115,11 @@ def test_an_unknown_or_missing_library_is_one_clear_error():
     if gemm is None:
         done = provider_in_a_child("mkl")
         assert "pip install 'minflux[mkl]'" in done.stderr.strip().splitlines()[-1]
+
+
+@needs_mkl
+def test_a_leading_dimension_past_32_bits_is_left_to_numpy():
+    one = np.ones((1, 1), np.float32)
+    assert gemm(one, one, np.zeros((1, 1), np.float32))
+    far = np.lib.stride_tricks.as_strided(one, shape=(1, 1), strides=(4 * 2**31, 4))   # one row, 2^31 apart
+    assert gemm(one, far, np.zeros((1, 1), np.float32)) is False

@@ -12,7 +12,9 @@ import pytest
 from minflux import gemm_provider
 from minflux.gemm_provider import gemm
 
-needs_mkl = pytest.mark.skipif(gemm is None, reason="the mkl wheel is not installed (pip install 'minflux[mkl]')")
+needs_mkl = pytest.mark.skipif(gemm is None, reason="the mkl wheel is not installed (pip install 'minflux[mkl]') "
+                                                   "or MINFLUX_GEMM turned it off")
+INSTALLED = gemm_provider._library_path() is not None
 
 
 def operands(layout: str, m: int, k: int, n: int, dtype, rng):
@@ -101,20 +103,24 @@ def provider_in_a_child(setting: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("setting, expected", [("numpy", "numpy"), ("NumPy ", "numpy"),
-                                               ("auto", "mkl" if gemm is not None else "numpy")])
+                                               ("auto", "mkl" if INSTALLED else "numpy")])
 def test_minflux_gemm_chooses_the_library(setting, expected):
     done = provider_in_a_child(setting)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == expected
 
 
-def test_an_unknown_or_missing_library_is_one_clear_error():
+def test_an_unknown_library_is_one_clear_error():
     done = provider_in_a_child("openblas")
     assert done.returncode != 0
     assert "MINFLUX_GEMM='openblas' is not one of auto, mkl, numpy" in done.stderr.strip().splitlines()[-1]
-    if gemm is None:
-        done = provider_in_a_child("mkl")
-        assert "pip install 'minflux[mkl]'" in done.stderr.strip().splitlines()[-1]
+
+
+def test_asking_for_mkl_without_the_wheel_names_the_fix(monkeypatch):
+    monkeypatch.setattr(gemm_provider, "_library_path", lambda: None)
+    with pytest.raises(gemm_provider.GemmUnavailable, match=r"pip install 'minflux\[mkl\]'"):
+        gemm_provider._load("mkl")
+    assert gemm_provider._load("auto") == (None, "numpy")
 
 
 @needs_mkl

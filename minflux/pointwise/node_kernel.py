@@ -105,6 +105,10 @@ def gradient_sums(grads: list, partials: list, structure: tuple) -> list:
 
     Every array must be a C-contiguous numpy array of one shape and one float dtype (float32 or
     float64); returns one new array per sum.
+
+    >>> g, p = [np.full(3, 2.0)], [np.arange(3.0), np.ones(3)]
+    >>> [s.tolist() for s in gradient_sums(g, p, (((0, 0), (0, 1)), ((0, 1),)))]
+    [[2.0, 4.0, 6.0], [2.0, 2.0, 2.0]]
     """
     first = partials[0]
     dtype, total = first.dtype, first.size

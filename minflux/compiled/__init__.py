@@ -1,4 +1,4 @@
-"""`mf.compile`: functions of trees recorded once per guard key and replayed as straight-line code."""
+"""`mf.compile`: functions of trees recorded once per guard key and replayed without Python per op."""
 from .outputs import ReplayMismatch
 from .step import CompiledStep, compile
 

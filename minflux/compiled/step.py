@@ -2,8 +2,9 @@
 
 The first call for a guard key (`minflux.compiled.guard`) runs the function eagerly on traced
 stand-ins of its arrays, recording every array operation it performs: the forward pass, the
-backward pass, the optimiser's update. Later calls with the same key replay that schedule as one
-generated function of plain arrays: kernels, layouts and products chosen once, no Tensors, no tape.
+backward pass, the optimiser's update. Later calls with the same key replay that schedule over plain
+arrays (`minflux.schedule.replay`: a program of per-step functions, compiled into one generated
+function after its first replays): kernels, layouts and products chosen once, no Tensors, no tape.
 The replay returns what the function returned and makes the same changes to its arguments (arrays
 updated in place, attributes such as an optimiser's state rebound), so a training step written as
 ordinary code compiles unchanged.

@@ -214,3 +214,35 @@ def test_check_mode_replays_every_model_beside_the_eager_step():
         for x, y in batches[:6]:
             _, carry = step(model, opt_state, carry, x, y, loss_fn)
         assert step.replays >= 3
+
+
+_WITH_NUMPYS_PRODUCT = """
+import numpy as np, minflux as mf
+from minflux import gemm_provider
+from tests.compiled.test_models_compiled import arrays_of, bits, build, train_step
+import minflux.schedule.replay as replay
+replay.COMPILE_AFTER = 3
+assert gemm_provider.provider == "numpy"
+for case in ("dense-chain", "hmlstm-branch-ln"):
+    model, opt_state, carry, loss_fn, batches = build(case)
+    twin, twin_state, twin_carry, _, _ = build(case)
+    step = mf.compile(train_step)
+    for x, y in batches[:8]:
+        loss, carry = train_step(model, opt_state, carry, x, y, loss_fn)
+        twin_loss, twin_carry = step(twin, twin_state, twin_carry, x, y, loss_fn)
+        assert bits(loss) == bits(twin_loss), case
+    assert [bits(a) for _, a in arrays_of(model, opt_state)] == [bits(a) for _, a in arrays_of(twin, twin_state)]
+print("same bits")
+"""
+
+
+def test_with_numpys_product_compiled_training_equals_eager_to_the_bit():
+    """The suite runs with whichever product library is installed; this runs numpy's in a child."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, MINFLUX_GEMM="numpy", MINFLUX_ELEMENTWISE="numpy")
+    done = subprocess.run([sys.executable, "-c", _WITH_NUMPYS_PRODUCT], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert done.returncode == 0 and done.stdout.strip() == "same bits", done.stderr[-2000:]

@@ -96,7 +96,7 @@ def _gradient_sums(grads: list, partials: list, structure: tuple, fresh: bool) -
     sum ``q`` in order), as one compiled kernel (`node_kernel`) where the arrays allow, else term by
     term; both give the same values, zeros' signs included."""
     if _one_kernel_applies(grads, partials):
-        return gradient_sums(grads, partials, structure)
+        return gradient_sums(grads, partials, structure, in_place=fresh)   # fresh: the node's own arrays
     finite = [_finite_seed(g) if fresh else None for g in grads]
     sums = []
     for terms in structure:

@@ -49,8 +49,10 @@ _SIG = types.void(types.int64, types.int64, types.int64, types.int64, types.int6
 '''
 
 
-def kernel_source(structure: tuple, n_grads: int, n_partials: int, float_type: str) -> str:
-    """The generated module for ``structure``: per sum, its ``(gradient, partial)`` terms in order.
+def kernel_source(structure: tuple, n_grads: int, n_partials: int, float_type: str,
+                  in_place: bool = False) -> str:
+    """The generated module for ``structure``: per sum, its ``(gradient, partial)`` terms in order;
+    ``in_place`` stores each sum over its first partial instead of into an output array.
 
     >>> print(kernel_source((((0, 0), (0, 1)),), 1, 2, "float32").split("@cfunc")[1])  # doctest: +ELLIPSIS
     (_SIG, error_model="numpy", boundscheck=False)
@@ -64,7 +66,7 @@ def kernel_source(structure: tuple, n_grads: int, n_partials: int, float_type: s
     <BLANKLINE>
     """
     names = [f"_pg{j}" for j in range(n_grads)] + [f"_pp{j}" for j in range(n_partials)] + \
-        [f"_pq{j}" for j in range(len(structure))]
+        ([] if in_place else [f"_pq{j}" for j in range(len(structure))])
     lines = [f"def kernel(_r0, _r1, _inner, _total, _rows, {', '.join(names)}):",
              "    _lo = _r0 * _inner",
              "    _hi = min(_r1 * _inner, _total)"]
@@ -81,7 +83,8 @@ def kernel_source(structure: tuple, n_grads: int, n_partials: int, float_type: s
                       f"        if not math.isfinite(_t) and (_g{g} == 0 or _p == 0):",
                       "            _t = _ZERO",
                       "        _s = _t" if n == 0 else "        _s = _s + _t"]
-        lines.append(f"        q{q}[_i] = _s")
+        # a partial belongs to one sum and is read before its sum is stored, at the same element
+        lines.append(f"        p{terms[0][1]}[_i] = _s" if in_place else f"        q{q}[_i] = _s")
     header = _HEADER.format(float_type=float_type, pointers=", ".join(["types.CPointer(_F)"] * len(names)))
     return header + "\n".join(lines) + "\n"
 
@@ -90,21 +93,22 @@ _kernels: dict = {}
 _lock = threading.Lock()
 
 
-def _kernel(structure: tuple, n_grads: int, n_partials: int, float_type: str):
-    key = (structure, n_grads, n_partials, float_type)
+def _kernel(structure: tuple, n_grads: int, n_partials: int, float_type: str, in_place: bool):
+    key = (structure, n_grads, n_partials, float_type, in_place)
     kernel = _kernels.get(key)
     if kernel is None:
+        source = kernel_source(structure, n_grads, n_partials, float_type, in_place)
         with _lock:
-            kernel = _kernels[key] = load_kernel(kernel_source(structure, n_grads, n_partials, float_type),
-                                                 n_grads + n_partials + len(structure))
+            kernel = _kernels[key] = load_kernel(source, n_grads + n_partials + (0 if in_place else len(structure)))
     return kernel
 
 
-def gradient_sums(grads: list, partials: list, structure: tuple) -> list:
+def gradient_sums(grads: list, partials: list, structure: tuple, in_place: bool = False) -> list:
     """Sum ``grads[g] * partials[p]`` over each sum's terms ``structure[q] = ((g, p), ...)``.
 
     Every array must be a C-contiguous numpy array of one shape and one float dtype (float32 or
-    float64); returns one new array per sum.
+    float64); every partial must appear in one term. Returns one new array per sum, or with
+    ``in_place`` each sum's first partial, overwritten with the sum (for partials no one else holds).
 
     >>> g, p = [np.full(3, 2.0)], [np.arange(3.0), np.ones(3)]
     >>> [s.tolist() for s in gradient_sums(g, p, (((0, 0), (0, 1)), ((0, 1),)))]
@@ -112,11 +116,12 @@ def gradient_sums(grads: list, partials: list, structure: tuple) -> list:
     """
     first = partials[0]
     dtype, total = first.dtype, first.size
-    sums = [np.empty(first.shape, dtype) for _ in structure]
+    sums = [partials[terms[0][1]] for terms in structure] if in_place else \
+        [np.empty(first.shape, dtype) for _ in structure]
     if total:
         rows = -(-total // _ROW)
-        args = (_ROW, total, rows, *pointers(grads), *pointers(partials), *pointers(sums))
-        kernel = _kernel(structure, len(grads), len(partials), dtype.name)
+        args = (_ROW, total, rows, *pointers(grads), *pointers(partials), *([] if in_place else pointers(sums)))
+        kernel = _kernel(structure, len(grads), len(partials), dtype.name, in_place)
         n_threads = min(threads_now(), rows) if total >= PARALLEL_MIN_ELEMENTS else 1
         run_rows(kernel.call, 0, rows, n_threads, args)
     return sums

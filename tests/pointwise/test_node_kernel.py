@@ -56,6 +56,22 @@ def test_the_kernel_gives_the_term_by_term_values(dtype, shape, specials):
         assert_same(a, b)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_in_place_each_sum_overwrites_its_first_partial_and_nothing_else(dtype):
+    rng = np.random.default_rng(5)
+    grads, partials = arrays(rng, 2, (9, 70), dtype, True), arrays(rng, 6, (9, 70), dtype, True)
+    copies = [p.copy() for p in partials]
+    expected = gradient_sums(grads, copies, STRUCTURE)
+    got = gradient_sums(grads, partials, STRUCTURE, in_place=True)
+    assert [id(a) for a in got] == [id(partials[terms[0][1]]) for terms in STRUCTURE]
+    for a, b in zip(got, expected):
+        assert_same(a, b)
+    firsts = {terms[0][1] for terms in STRUCTURE}
+    for k, (p, original) in enumerate(zip(partials, copies)):
+        if k not in firsts:
+            np.testing.assert_array_equal(p.view(np.uint8), original.view(np.uint8))
+
+
 def test_a_zero_annihilates_only_a_product_that_is_not_finite():
     g = np.array([0.0, 0.0, -0.0, 2.0, 0.0])
     p = np.array([np.inf, np.nan, 3.0, np.inf, -5.0])
@@ -79,7 +95,7 @@ def test_a_node_with_many_partials_backpropagates_through_the_kernel_as_through_
     c, f, i = (rng.standard_normal((6, 9)).astype(dtype) for _ in range(3))
     used = []
     real = node.gradient_sums
-    monkeypatch.setattr(node, "gradient_sums", lambda *a: (used.append(1), real(*a))[1])
+    monkeypatch.setattr(node, "gradient_sums", lambda *a, **k: (used.append(1), real(*a, **k))[1])
 
     def loss(c, f, i):
         a, b = mf.broadcast(cell, z, c, f, i, mode="mixed")

@@ -98,14 +98,16 @@ def _gradient_sums(grads: list, partials: list, structure: tuple, fresh: bool) -
     if _one_kernel_applies(grads, partials):
         return gradient_sums(grads, partials, structure, in_place=fresh)   # fresh: the node's own arrays
     finite = [_finite_seed(g) if fresh else None for g in grads]
-    sums = []
-    for terms in structure:
-        acc = None
-        for g, p in terms:
-            term = _times(grads[g], partials[p], fresh, finite[g])
-            acc = term if acc is None else acc + term
-        sums.append(acc)
-    return sums
+    return [_sum_terms([(grads[g], partials[p], finite[g]) for g, p in terms], fresh) for terms in structure]
+
+
+def _sum_terms(terms: list, fresh: bool):
+    """The sum of ``g * p`` over ``terms`` of ``(g, p, g_finite)``, term by term, left to right."""
+    acc = None
+    for g, p, g_finite in terms:
+        term = _times(g, p, fresh, g_finite)
+        acc = term if acc is None else acc + term
+    return acc
 
 
 def _one_kernel_applies(grads: list, partials: list) -> bool:
@@ -173,14 +175,13 @@ def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], parti
                 grads[k] = _finish(acc, shape, dtype)
             return grads
         finite = {m: _finite_seed(g) if fresh else None for m, g in enumerate(gout) if g is not None}
-        sums: dict[int, Any] = {}
+        by_argument: dict[int, list] = {}
         meta = {}
         for m, k, p, shape, dtype in wanted:
-            term = _times(gout[m], p, fresh, finite[m])
-            sums[k] = term if k not in sums else sums[k] + term
+            by_argument.setdefault(k, []).append((gout[m], p, finite[m]))
             meta[k] = (shape, dtype)
-        for k, acc in sums.items():
-            grads[k] = _finish(acc, *meta[k])
+        for k, k_terms in by_argument.items():
+            grads[k] = _finish(_sum_terms(k_terms, fresh), *meta[k])
         return grads
 
     if len(outputs) == 1:

@@ -20,7 +20,7 @@ import functools
 import logging
 import os
 
-__all__ = ["MMAP_THRESHOLD_BYTES", "TRIM_THRESHOLD_BYTES", "keep_freed_memory"]
+__all__ = ["MMAP_THRESHOLD_BYTES", "TRIM_THRESHOLD_BYTES", "keep_freed_memory", "release_freed_memory"]
 
 log = logging.getLogger(__name__)
 
@@ -47,3 +47,26 @@ def keep_freed_memory() -> bool:
         return False
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
         libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+
+
+def release_freed_memory() -> bool:
+    """Give the free memory of glibc's heap back to the system now; True where glibc did.
+
+    For a moment after which the freed memory will not be asked for again soon: once a compiled
+    step's replay has its own buffers (`minflux.schedule.buffers`), the memory its recording call
+    freed would otherwise stay in the process beside them.
+
+    >>> release_freed_memory() in (True, False)
+    True
+    """
+    libc = _glibc()
+    return bool(libc.malloc_trim(0)) if libc is not None and keep_freed_memory() else False
+
+
+@functools.cache
+def _glibc():
+    try:
+        libc = ctypes.CDLL(None)
+    except OSError:
+        return None
+    return libc if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "malloc_trim") else None

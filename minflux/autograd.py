@@ -173,7 +173,7 @@ class IndexedGrad:
         return _dense(self.shape, self.dtype, self.index, self.values, self.unique)
 
 
-@operation
+@operation(results="new")
 def _add_at(buffer, index, values, unique: bool) -> None:
     if unique:
         buffer[index] += values
@@ -181,7 +181,7 @@ def _add_at(buffer, index, values, unique: bool) -> None:
         scatter_add(buffer, index, values)
 
 
-@operation
+@operation(results="new")
 def _dense(shape: tuple, dtype, index, values, unique: bool):
     buffer = get_array_module(values).zeros(shape, dtype=dtype)
     _add_at(buffer, index, values, unique)

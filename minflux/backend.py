@@ -151,7 +151,7 @@ def get_array_module(*xs: Any, op: str = "this operation"):
     return _cupy
 
 
-@operation
+@operation(results="new")
 def scatter_add(buffer, index, values) -> None:
     """``buffer[index] += values`` in place, where repeated indices add up (numpy's ``add.at``).
 

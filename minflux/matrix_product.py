@@ -38,14 +38,16 @@ products from 2^27 split."""
 _BLOCK = 64   # columns (or rows) per unit of work: whole register tiles of the GEMM kernels
 
 
-@operation
-def matmul(a, b):
+@operation(results="out")
+def matmul(a, b, out=None):
     """``a @ b`` as the array module computes it, with large 2-D numpy products split over threads.
 
     Rows times one matrix (``a`` with three or more axes, ``b`` with two) is one 2-D product over all
     the rows. A large product is cut into as many shares as the thread budget
     (`minflux.get_num_threads`) allows, whatever the load, and the shares run on the threads free at
     the moment: its bits depend on its shape and the budget, never on how busy the machine is.
+    ``out``, a C-contiguous numpy array of the result's shape and dtype, receives the product of a
+    numpy matrix (or rows) times a matrix; elsewhere it is ignored and the result is new.
 
     >>> import numpy as np
     >>> matmul(np.eye(2), np.array([[1.0, 2.0], [3.0, 4.0]])).tolist()
@@ -55,20 +57,25 @@ def matmul(a, b):
     if xp is not np or b.ndim != 2 or a.ndim < 2 or a.shape[-1] != b.shape[0]:
         return xp.matmul(a, b)
     if a.ndim == 2:
-        return _matmul_2d(a, b)
+        return _matmul_2d(a, b, out)
     if a.size == 0:
         return xp.matmul(a, b)
-    return _matmul_2d(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[1])
+    rows = _matmul_2d(a.reshape(-1, a.shape[-1]), b, None if out is None else out.reshape(-1, b.shape[1]))
+    return rows.reshape(*a.shape[:-1], b.shape[1])
 
 
-def _matmul_2d(a, b):
+def _matmul_2d(a, b, out=None):
     (m, k), n = a.shape, b.shape[1]
     by_columns = n >= m
     blocks = -(-(n if by_columns else m) // _BLOCK)
     shares = min(get_num_threads(), blocks) if m * n * k >= PARALLEL_MIN_MULTIPLY_ADDS else 1
-    out = np.empty((m, n), np.result_type(a, b)) if shares > 1 or gemm is not None else None
+    if out is None and (shares > 1 or gemm is not None):
+        out = np.empty((m, n), np.result_type(a, b))
     if shares == 1:
-        return out if out is not None and gemm(a, b, out) else np.matmul(a, b)
+        if out is None:
+            return np.matmul(a, b)
+        _product(a, b, out)
+        return out
     edges = [blocks * s // shares * _BLOCK for s in range(shares + 1)]
 
     def run(s0, s1):

@@ -79,9 +79,19 @@ def test_rows_times_one_matrix_is_one_product_over_all_rows(split_everything, mo
     b = rng.standard_normal((33, 70)).astype(np.float32)
     products = []
     real = matrix_product._matmul_2d
-    monkeypatch.setattr(matrix_product, "_matmul_2d", lambda x, y: (products.append(x.shape), real(x, y))[1])
+    monkeypatch.setattr(matrix_product, "_matmul_2d", lambda x, y, out=None: (products.append(x.shape), real(x, y, out))[1])
     got = matrix_product.matmul(a, b)
     exact = a.astype(np.float64) @ b.astype(np.float64)
     assert got.shape == exact.shape and got.dtype == np.float32
     np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5)
     assert products == ([] if rows == "empty" else [(30, 33)])
+
+
+@pytest.mark.parametrize("a_shape", [(6, 5), (3, 2, 5)])
+def test_a_product_written_into_a_given_array_has_the_bits_of_a_new_one(a_shape):
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(size=a_shape), rng.normal(size=(5, 7))
+    out = np.full(a_shape[:-1] + (7,), np.nan)
+    got = matrix_product.matmul(a, b, out)
+    assert np.shares_memory(got, out) and out.tobytes() == matrix_product.matmul(a, b).tobytes()
+    np.testing.assert_allclose(out, a @ b, rtol=1e-13)

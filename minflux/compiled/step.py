@@ -38,6 +38,7 @@ from typing import Callable
 
 import numpy as np
 
+from .._allocator import release_freed_memory
 from ..pointwise.lazy import fusion_changes
 from ..schedule import NotReplayable, Recording, Replay, Traced
 from . import guard
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 _CHECK_ALL = os.environ.get("MINFLUX_COMPILE_CHECK", "").strip() not in ("", "0", "false", "no", "off")
 MAX_SETTLING_CALLS = 8
 """Calls recorded while fusion is still deciding, after which the next recording is kept anyway."""
+_RELEASE_AFTER_BYTES = 2**24   # replay buffers from which releasing the freed heap (1-20 ms) is worth it
 
 
 class _Entry:
@@ -66,7 +68,8 @@ class CompiledStep:
     """A function compiled by `compile` (see the module docstring).
 
     ``recordings`` counts the schedules recorded so far and ``replays`` the calls they served;
-    ``schedule(*args)`` is the generated source for those arguments (None before recording).
+    ``schedule(*args)`` is the generated source for those arguments (None before recording);
+    ``buffer_bytes`` the memory its replays keep for their intermediates between calls.
 
     >>> import minflux as mf, numpy as np
     >>> f = mf.compile(lambda x: mf.tanh(x) * 2.0)
@@ -105,6 +108,11 @@ class CompiledStep:
         if self.check:
             return self._checked(entry, args, flat)
         return self._replay(entry, args, flat)
+
+    @property
+    def buffer_bytes(self) -> int:
+        """The memory the replays kept now hold for their intermediate arrays (allocated once each)."""
+        return sum(e.replay.buffers.nbytes for e in self._entries.values() if e.replay is not None)
 
     def schedule(self, *args) -> str | None:
         """The generated source of the replay for these arguments, or None if not yet recorded."""
@@ -178,6 +186,8 @@ class CompiledStep:
         entry.settling += 1
         if settled or entry.settling >= MAX_SETTLING_CALLS:
             entry.replay = Replay(rec, [t._slot for t in outs] + [slot for _, slot in writes])
+            if entry.replay.buffers.nbytes >= _RELEASE_AFTER_BYTES:
+                release_freed_memory()   # the buffers now hold what the recording call's arrays held
             entry.writes, entry.template, entry.n_outputs = writes, shape, len(outs)
             self._count_recording(flat.key, entry)
         return real

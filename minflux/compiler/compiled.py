@@ -202,7 +202,7 @@ def _replayed_launch(cf: CompiledFunction, dual: DualFunction, arrays: list, flo
     return None
 
 
-@operation(replayed=_replayed_launch)
+@operation(replayed=_replayed_launch, results="new")
 def _launch(cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype, shape: tuple) -> list:
     """One evaluation of ``dual`` on the current backend, the loop-cap check included."""
     xp = get_array_module(*arrays)
@@ -217,17 +217,23 @@ def _launch(cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype,
 
 class _Replayed:
     """`_launch` with its kernel and layout chosen when it was recorded; arrays laid out otherwise
-    (or another backend) take the whole path."""
+    (or another backend) take the whole path. ``out``: arrays to write the outputs into (None for an
+    output to allocate), as `schedule.buffers` plans them."""
 
     __slots__ = ("launcher", "signature")
+    __minflux_results__ = "out"
 
     def __init__(self, launcher, signature: tuple):
         self.launcher, self.signature = launcher, signature
 
-    def __call__(self, cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype, shape: tuple):
+    def __call__(self, cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype, shape: tuple,
+                 out: list | None = None):
         if signature(arrays) != self.signature or get_elementwise_backend() != "numba":
             return _launch.__wrapped_operation__(cf, dual, arrays, float_dtype, shape)
-        outs = self.launcher(arrays)
+        if out is not None and cf.parsed.loop_sites:   # the loops' flag output is not a result
+            flag = dual.n_outputs - 1
+            out = [*out[:flag], None, *out[flag:]]
+        outs = self.launcher(arrays, out)
         return cf.check_loops(outs, dual.n_outputs) if cf.parsed.loop_sites else outs
 
 

@@ -384,7 +384,8 @@ def build_kernel(dual, float_dtype, patterns: tuple) -> Kernel:
 
 class Launcher:
     """``kernel`` bound to one layout `Plan`: ``launcher(arrays)`` runs it on arrays of the plan's
-    signature and returns one new array of ``shape`` per output (every decision made once)."""
+    signature and returns one array of ``shape`` per output (every decision made once): new, or
+    ``out[k]`` where ``out`` gives one (C-contiguous, of the output's dtype)."""
 
     __slots__ = ("kernel", "plan", "shape", "out_dtypes", "head", "reads", "chunks")
 
@@ -395,9 +396,12 @@ class Launcher:
         chunks = min(plan.rows, LOOP_CHUNKS) if kernel.has_loops else 1
         self.chunks = [(plan.rows * c // chunks, plan.rows * (c + 1) // chunks) for c in range(chunks)]
 
-    def __call__(self, arrays: list) -> list:
+    def __call__(self, arrays: list, out: list | None = None) -> list:
         shape = self.shape
-        results = [np.empty(shape, dtype) for dtype in self.out_dtypes]
+        if out is None:
+            results = [np.empty(shape, dtype) for dtype in self.out_dtypes]
+        else:
+            results = [np.empty(shape, dtype) if o is None else o for o, dtype in zip(out, self.out_dtypes)]
         total = self.plan.total
         if total:
             if self.reads is not None:

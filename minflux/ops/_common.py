@@ -8,7 +8,7 @@ from ..schedule import operation
 from ..tensor import Tensor
 
 
-@operation
+@operation(results="new")
 def check_index_range(ids, size: int, error) -> None:
     """Raise ``error(low, high)`` unless every element of integer array ``ids`` lies in ``[0, size)``.
 

@@ -77,7 +77,7 @@ def _compiled_rows(v, sv, bv) -> bool:
     return layer_norm_rows.usable(v, *params) and all(p.shape == v.shape[-1:] for p in params)
 
 
-@operation
+@operation(results="new")
 def _forward_rows(v, sv, bv, eps):
     columns = v.shape[-1]
     x = np.ascontiguousarray(v).reshape(-1, columns)
@@ -89,7 +89,7 @@ def _forward_rows(v, sv, bv, eps):
     return out.reshape(v.shape), normalised, reciprocal
 
 
-@operation
+@operation(results="new")
 def _backward_rows(g, normalised, reciprocal, sv):
     shape, columns = g.shape, normalised.shape[1]
     g = np.ascontiguousarray(g).reshape(-1, columns)

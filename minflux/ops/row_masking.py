@@ -58,15 +58,16 @@ def row_masked_matmul(x, w, keep, columns: int):
     return record("row_masked_matmul", out, [x, w], vjp)
 
 
-@operation
-def _forward(x, w, keep, columns: int):
+@operation(results="out")
+def _forward(x, w, keep, columns: int, out=None):
     dropped = x.shape[0] - int(np.count_nonzero(keep)) if is_numpy_array(keep) else 0
     if dropped < SKIP_MIN_FRACTION * x.shape[0] or dropped * x.shape[1] * columns < SKIP_MIN_WORK:
-        out = product(x, w)
+        out = product(x, w, out)
         out[~keep, :columns] = 0
         return out
     active = np.flatnonzero(keep)
-    out = np.empty((x.shape[0], w.shape[1]), np.result_type(x, w))
+    if out is None:
+        out = np.empty((x.shape[0], w.shape[1]), np.result_type(x, w))
     out[:, :columns] = 0
     out[active, :columns] = product(x[active], w[:, :columns])
     out[:, columns:] = product(x, w[:, columns:])

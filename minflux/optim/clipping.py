@@ -127,7 +127,7 @@ class ClipNorm(GlobalRule):
             return list(states), [scale_by(g, factor.astype(g.dtype)) for g in grads]
 
 
-@operation
+@operation(results="new")
 def _raise_unless_finite(total) -> None:
     norm = math.sqrt(float(total))
     if not math.isfinite(norm):

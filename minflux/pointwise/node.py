@@ -44,7 +44,7 @@ def _finite_seed(g):
     return True if is_seed_broadcast(g) else _all_finite(g)
 
 
-@operation
+@operation(results="new")
 def _all_finite(x):
     return np.bool_(not _may_be_nonfinite(x))
 
@@ -64,7 +64,7 @@ def _times(g, p, fresh: bool = False, g_finite=None):
     return _annihilating_product(g, p, fresh, is_seed_broadcast(g), g_finite)
 
 
-@operation
+@operation(results="views", views_of=("p",))
 def _annihilating_product(g, p, fresh: bool, seed: bool, g_finite):
     """`_times` for an array partial: its checks look at the data, so they are one operation."""
     if fresh and getattr(p, "shape", None) == getattr(g, "shape", ()) and p.dtype == g.dtype:
@@ -90,7 +90,7 @@ def _guarded(g, p):
     return xp.where(((g == 0) | (p == 0)) & ~xp.isfinite(product), 0, product).astype(product.dtype, copy=False)
 
 
-@operation
+@operation(results="views", views_of=("partials",))
 def _gradient_sums(grads: list, partials: list, structure: tuple, fresh: bool) -> list:
     """Per argument, the sum of its terms ``grads[g] * partials[p]`` (``structure[q]``: the terms of
     sum ``q`` in order), as one compiled kernel (`node_kernel`) where the arrays allow, else term by

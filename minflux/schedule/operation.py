@@ -21,6 +21,7 @@ array([[0.6, 0.8]])
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Callable
 
 from .traced import Traced
@@ -48,7 +49,8 @@ def recording_of(x):
     return None
 
 
-def operation(fn: Callable | None = None, *, replayed: Callable | None = None) -> Callable:
+def operation(fn: Callable | None = None, *, replayed: Callable | None = None,
+              results: str | None = None, views_of: tuple = ()) -> Callable:
     """``fn`` as one step of a recorded schedule (see the module docstring); unchanged otherwise.
 
     ``replayed(*args, **kwargs)``, when given, is asked once while recording (after ``fn`` ran on
@@ -56,12 +58,26 @@ def operation(fn: Callable | None = None, *, replayed: Callable | None = None) -
     made ``fn``'s decisions for arrays laid out like these. It must give what ``fn`` gives for any
     arguments, checking what it assumed; None keeps ``fn``.
 
+    ``results`` lets a replay reuse the memory of the arrays ``fn`` sees (`schedule.buffers`):
+    ``"new"`` if it returns new arrays (or nothing) and keeps no array it got, ``"views"`` if it may
+    return its arguments or views of them and keeps none, ``"out"`` if it returns new arrays and
+    writes them into ``out=`` when given (an array, or a list with None for an output left new).
+    Undeclared, its arrays get memory of their own on every call. ``views_of`` names the parameters
+    a ``"views"`` operation may return (or views of), when not all of them.
+
     >>> import numpy as np
     >>> operation(np.negative)(np.ones(1))
     array([-1.])
     """
+    if results not in (None, "new", "views", "out"):
+        raise ValueError(f"operation: results must be 'new', 'views' or 'out', got {results!r}")
     if fn is None:
-        return lambda f: operation(f, replayed=replayed)
+        return lambda f: operation(f, replayed=replayed, results=results, views_of=views_of)
+    if results is not None:
+        fn.__minflux_results__ = results
+    if views_of:
+        names = list(inspect.signature(fn).parameters)
+        fn.__minflux_views_of__ = (tuple(names.index(n) for n in views_of), tuple(views_of))
 
     @functools.wraps(fn)
     def run(*args, **kwargs):

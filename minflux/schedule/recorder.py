@@ -96,6 +96,7 @@ class Recording:
         self.slots = 0
         self.n_inputs = 0
         self.closed = False
+        self.layouts: dict[int, tuple] = {}   # slot -> (shape, dtype) of a C-contiguous numpy array of fixed shape
         self._by_id: dict[int, weakref.ref] = {}   # id(real array) -> its Traced, while both live
         self._error_state = (object(), None)        # (numpy's state object, its items)
 
@@ -113,6 +114,8 @@ class Recording:
 
     def _new(self, value, dynamic: bool = False) -> "Traced":
         t = Traced(value, self.slots, self, dynamic)
+        if value.__class__ is np.ndarray and not dynamic and value.size and value.flags.c_contiguous:
+            self.layouts[self.slots] = (value.shape, value.dtype)
         self.slots += 1
         self._by_id[id(value)] = weakref.ref(t)
         return t

@@ -6,9 +6,10 @@ per step, made from a template per distinct statement (a training step of thousa
 has a few dozen), so the recording call builds it in milliseconds. Once the schedule has been
 replayed `COMPILE_AFTER` times it is compiled into one straight-line function whose locals are the
 slots, the form with the least overhead per operation; compiling costs about 20 us per operation,
-which a schedule replayed only a few times (a partial last batch) never pays. Both forms free each
-slot after its last use (a replay holds no more memory than the eager call did), set numpy's error
-state where the recording changed it, and return the output slots as a list.
+which a schedule replayed only a few times (a partial last batch) never pays. Both forms write
+intermediate arrays into the buffers planned when the schedule was recorded (`buffers`: ``f3``
+below, exp's result; the returned sum is new on every call), free each other slot after its last
+use, set numpy's error state where the recording changed it, and return the output slots as a list.
 
 >>> import numpy as np
 >>> from minflux.schedule.recorder import Recording
@@ -19,13 +20,13 @@ state where the recording changed it, and return the output slots as a list.
 >>> replay([np.zeros(2)])
 [array([2., 2.])]
 >>> print(replay.source)
-def make(f0, f1, f2, f3):
+def make(f0, f1, f2, f3, f4):
     def replay(inputs):
         v0, = inputs
         f0(**f1)
-        v1 = f2(v0)
+        v1 = f2(v0, out=f3)
         del v0
-        v2 = f3(v1, 1.0)
+        v2 = f4(v1, 1.0)
         del v1
         return [v2]
     return replay
@@ -34,10 +35,12 @@ def make(f0, f1, f2, f3):
 from __future__ import annotations
 
 import re
+import threading
 from typing import NamedTuple
 
 import numpy as np
 
+from .buffers import Plan, plan_buffers
 from .recorder import Recording, Ref
 
 COMPILE_AFTER = 64
@@ -71,7 +74,8 @@ class Replay:
         self.n_steps = len(recording.steps)
         self.replays = 0
         self._outputs = list(outputs)
-        self._statements = _statements(recording, self._outputs)
+        self._statements, self.buffers = _statements(recording, self._outputs)
+        self._lock = threading.Lock()   # one replay at a time writes the buffers
         self._blank = [None] * (recording.slots - recording.n_inputs)
         self._program = _program(self._statements)
         self._compiled = None
@@ -85,16 +89,17 @@ class Replay:
 
     def __call__(self, inputs: list) -> list:
         old = np.geterr()
-        try:
-            run = self._compiled
-            if run is None:
-                self.replays += 1
-                if self.replays <= COMPILE_AFTER:
-                    return self._interpret(inputs)
-                run = self._compiled = self._compile()
-            return run(inputs)
-        finally:
-            np.seterr(**old)
+        with self._lock:
+            try:
+                run = self._compiled
+                if run is None:
+                    self.replays += 1
+                    if self.replays <= COMPILE_AFTER:
+                        return self._interpret(inputs)
+                    run = self._compiled = self._compile()
+                return run(inputs)
+            finally:
+                np.seterr(**old)
 
     def _interpret(self, inputs: list) -> list:
         s = list(inputs)
@@ -111,15 +116,21 @@ class Replay:
 
 
 # -- rendering ------------------------------------------------------------------------------------
-def _statements(recording: Recording, outputs: list[int]) -> list[_Statement]:
-    """Every step (and every change of numpy's error state) as a `_Statement`, with its dead slots."""
+def _statements(recording: Recording, outputs: list[int]) -> tuple[list[_Statement], Plan]:
+    """Every step (and every change of numpy's error state) as a `_Statement`, with its dead slots,
+    each step that has a buffer passing it as ``out=``; and the buffers' `Plan`."""
+    steps = [_render(step) for step in recording.steps]
+    plan = plan_buffers(recording, outputs, [reads for _, _, reads, _ in steps])
+    for i, buffer in plan.outs.items():   # a call's text ends with its closing parenthesis
+        text, params, reads, writes = steps[i]
+        steps[i] = (text[:-1] + ("out=$)" if text.endswith("()") else ", out=$)"), params + [buffer], reads, writes)
     rendered: list[tuple[str, list, list, list]] = []   # text, params, slots read, slots written
     errstate = None
-    for step in recording.steps:
+    for step, statement in zip(recording.steps, steps):
         if step.errstate != errstate:
             errstate = step.errstate
             rendered.append(("$(**$)", [np.seterr, dict(errstate)], [], []))
-        rendered.append(_render(step))
+        rendered.append(statement)
     last_use: dict[int, int] = {}
     for i, (_, _, reads, _) in enumerate(rendered):
         for slot in reads:
@@ -131,7 +142,8 @@ def _statements(recording: Recording, outputs: list[int]) -> list[_Statement]:
             dead[i].append(slot)
     for i, (_, _, _, writes) in enumerate(rendered):
         dead[i].extend(slot for slot in writes if slot not in last_use and slot not in keep)
-    return [_Statement(text, params, sorted(set(d))) for (text, params, _, _), d in zip(rendered, dead)]
+    statements = [_Statement(text, params, sorted(set(d))) for (text, params, _, _), d in zip(rendered, dead)]
+    return statements, plan
 
 
 def _render(step) -> tuple[str, list, list, list]:

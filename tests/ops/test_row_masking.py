@@ -22,7 +22,7 @@ def masked_product(x, w, keep, columns):
 def path(request, monkeypatch):
     calls = []
     product = row_masking.product
-    monkeypatch.setattr(row_masking, "product", lambda a, b: calls.append(a.shape[0]) or product(a, b))
+    monkeypatch.setattr(row_masking, "product", lambda a, b, out=None: calls.append(a.shape[0]) or product(a, b, out))
     monkeypatch.setattr(row_masking, "SKIP_MIN_FRACTION", 2.0 if request.param == "dense" else 0.0)
     monkeypatch.setattr(row_masking, "SKIP_MIN_WORK", 0)
     return request.param, calls

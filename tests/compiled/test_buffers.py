@@ -1,0 +1,157 @@
+"""A replay's buffers: intermediates written into memory allocated once, reused only when no live
+array may share it, never handed to the caller or to a function that might keep it."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import minflux as mf
+from minflux.schedule import Recording, Replay
+from minflux.schedule.buffers import NEW, OUT, VIEWS, kind
+from minflux.schedule.replay import COMPILE_AFTER
+
+N = 1000
+
+
+def recorded(fn, x):
+    """The `Replay` of ``fn`` recorded on ``x`` and the slots of its intermediates in order."""
+    rec = Recording("f")
+    out = fn(rec.input(x.copy()))
+    replay = Replay(rec, [out._slot])
+    rec.close()
+    return replay
+
+
+def both_forms(replay, inputs):
+    """The replay's result in its program form, then in its compiled form."""
+    first = replay([inputs.copy()])[0]
+    while replay.replays <= COMPILE_AFTER:
+        replay([inputs.copy()])
+    return first, replay([inputs.copy()])[0]
+
+
+def test_buffers_whose_lives_do_not_overlap_share_memory():
+    def chain(x):
+        a = np.exp(x)        # step 0: dies at step 1
+        b = a + 1.0          # step 1: lives to step 2, so it cannot take a's memory
+        c = b * 2.0          # step 2: takes a's memory
+        return c - 3.0       # step 3: the result, new on every call
+
+    replay = recorded(chain, np.zeros(N))
+    outs = replay.buffers.outs
+    assert sorted(outs) == [0, 1, 2]
+    assert np.shares_memory(outs[0], outs[2]) and not np.shares_memory(outs[0], outs[1])
+    assert replay.buffers.nbytes <= 2 * 8 * N + 64
+    x = np.linspace(-1.0, 1.0, N)
+    for got in both_forms(replay, x):
+        np.testing.assert_array_equal(got, (np.exp(x) + 1.0) * 2.0 - 3.0)
+        assert not any(np.shares_memory(got, o) for o in outs.values())
+
+
+def test_a_view_keeps_its_base_buffer_alive_until_the_view_is_last_used():
+    def viewed(x):
+        a = np.exp(x)
+        v = a[::-1]             # a's last direct use; the view lives on
+        n = np.negative(x)      # would take a's memory if the view were not followed
+        return v + n
+
+    replay = recorded(viewed, np.zeros(N))
+    a, n = replay.buffers.outs[0], replay.buffers.outs[2]
+    assert not np.shares_memory(a, n)
+    x = np.linspace(-1.0, 1.0, N)
+    for got in both_forms(replay, x):
+        np.testing.assert_array_equal(got, np.exp(x)[::-1] - x)
+
+
+def test_an_array_an_undeclared_operation_sees_gets_memory_of_its_own_on_every_call():
+    kept = []
+
+    @mf.operation
+    def keep(a):
+        kept.append(a)
+        return a + 0.0
+
+    replay = recorded(lambda x: keep(np.exp(x)) * 2.0, np.zeros(N))
+    assert 0 not in replay.buffers.outs
+    inputs = [np.full(N, 1.0), np.full(N, 2.0)]
+    for x in inputs:
+        replay([x])
+    np.testing.assert_array_equal(kept[-2], np.exp(inputs[0]))
+    np.testing.assert_array_equal(kept[-1], np.exp(inputs[1]))
+
+
+def test_a_compiled_step_returns_new_arrays_on_every_call():
+    step = mf.compile(lambda x: mf.tanh(mf.exp(x) * 2.0) + 1.0)
+    x1, x2 = np.linspace(-1, 1, N), np.linspace(0, 2, N)
+    results = [step(x1) for _ in range(3)] + [step(x2) for _ in range(3)]
+    expected = [np.tanh(np.exp(x) * 2.0) + 1.0 for x in (x1, x2)]
+    for r, e in zip(results, [expected[0]] * 3 + [expected[1]] * 3):
+        np.testing.assert_array_equal(r, e)
+    assert not any(np.shares_memory(a, b) for k, a in enumerate(results) for b in results[k + 1:])
+
+
+def test_kernel_outputs_and_products_are_written_into_buffers_and_match_eager_to_the_bit():
+    def clipped(x):
+        return x * 0.5 if x > 0.0 else -x
+
+    def loss_and_grads(w, x):
+        return mf.withgradient(lambda w: mf.sum(mf.broadcast(clipped, mf.tanh(x @ w)) * 3.0), w)
+
+    rng = np.random.default_rng(0)
+    w, xs = rng.normal(size=(16, 16)), [rng.normal(size=(32, 16)) for _ in range(8)]
+    step = mf.compile(loss_and_grads)
+    for x in xs:
+        expected_loss, (expected_grad,) = loss_and_grads(w, x)
+        loss, (grad,) = step(w, x)
+        assert np.asarray(loss).tobytes() == np.asarray(expected_loss).tobytes()
+        assert grad.tobytes() == expected_grad.tobytes()
+    source = step.schedule(w, xs[0])
+    assert source.count("out=") >= 2 and step.buffer_bytes > 0
+
+
+def test_two_threads_replaying_one_step_never_share_its_buffers_at_once():
+    step = mf.compile(lambda x: mf.sum(mf.tanh(x * 2.0) * mf.exp(-x)))
+    inputs = [np.full(200_000, v) for v in np.linspace(-1.0, 1.0, 8)]
+    expected = [float(np.sum(np.tanh(x * 2.0) * np.exp(-x))) for x in inputs]
+    step(inputs[0]), step(inputs[0])
+    wrong = []
+
+    def work(order):
+        for _ in range(10):
+            for k in order:
+                if float(step(inputs[k])) != expected[k]:
+                    wrong.append(k)
+
+    threads = [threading.Thread(target=work, args=(o,)) for o in (range(8), range(7, -1, -1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert step.buffer_bytes > 0 and wrong == []
+
+
+@pytest.mark.parametrize("call, expected", [
+    ((np.add, (1, 2), {}), OUT),
+    ((np.add, (1, 2), {"out": 3}), VIEWS),          # writes into a given array and returns it
+    ((np.divmod, (1, 2), {}), NEW),                 # two results: new, not planned
+    ((np.add, (1, 2), {"where": True}), VIEWS),
+    ((np.concatenate, ([1],), {}), OUT),
+    ((np.concatenate, ([1],), {"dtype": float}), NEW),
+    ((np.reshape, (1, 2), {}), VIEWS),
+    ((print, (), {}), None),                         # unknown: its arrays are never planned
+])
+def test_what_the_planner_knows_of_a_function(call, expected):
+    assert kind(*call) == expected
+
+
+def test_an_operation_declares_its_results_or_is_refused():
+    @mf.operation(results="views", views_of=("b",))
+    def second(a, b):
+        return b
+
+    assert second.__wrapped_operation__.__minflux_results__ == VIEWS
+    assert second.__wrapped_operation__.__minflux_views_of__ == ((1,), ("b",))
+    with pytest.raises(ValueError, match="results must be 'new', 'views' or 'out'"):
+        mf.operation(results="fresh")(lambda a: a)

@@ -12,7 +12,7 @@ Each measurement is a fresh process (`_own_process`): one implementation, its fi
 (compilation included: numba kernels from a warm disk cache, XLA's compile, PyTorch's none), then
 ``--steps`` timed steps, each with its wall and CPU time, then the step's peak memory (the process's
 peak resident set during a step, reset through ``/proc/self/clear_refs``, minus its resident set
-before it after ``malloc_trim``). Rounds alternate the implementations' order; the table gives
+before it after ``malloc_trim``, plus the buffers a compiled step keeps for its intermediates). Rounds alternate the implementations' order; the table gives
 medians over every round's steps. In the one-core setting a process whose CPU time exceeds its wall
 time by more than 5% is marked invalid.
 
@@ -104,6 +104,7 @@ def minflux_step(size, layer_norm, mode, compiled=False):
 
     if compiled:
         step.settle = settle
+        step.held_bytes = lambda: run.buffer_bytes
 
     def copy_fraction() -> float:
         """The share of COPY operations in the layers above the first (zero initial z)."""
@@ -167,15 +168,18 @@ def peak_step_bytes(step) -> int | None:
 
     ``malloc_trim`` first hands the heap's free memory back to the system, so the resident set
     before the step is what is live (weights, optimiser state, compiled code) and the peak above it
-    is what the step allocates at its high-water mark."""
+    is what the step allocates at its high-water mark. Memory a step keeps for its intermediates
+    between calls (``step.held_bytes()``: a compiled step's buffers) is live before it and counts as
+    the step's."""
     import ctypes
 
+    held = step.held_bytes() if hasattr(step, "held_bytes") else 0
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
         Path("/proc/self/clear_refs").write_text("5")
         before = _rss_kib("VmRSS")
         step()
-        return (_rss_kib("VmHWM") - before) * 1024
+        return (_rss_kib("VmHWM") - before) * 1024 + held
     except (OSError, AttributeError):
         step()
         return None

@@ -53,7 +53,7 @@ def release_freed_memory() -> bool:
     """Give the free memory of glibc's heap back to the system now; True where glibc did.
 
     For a moment after which the freed memory will not be asked for again soon: once a compiled
-    step's replay has its own buffers (`minflux.schedule.buffers`), the memory its recording call
+    step's replay has its own buffers (`minflux.schedule.buffers`), the memory its earlier calls
     freed would otherwise stay in the process beside them.
 
     >>> release_freed_memory() in (True, False)

@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 _CHECK_ALL = os.environ.get("MINFLUX_COMPILE_CHECK", "").strip() not in ("", "0", "false", "no", "off")
 MAX_SETTLING_CALLS = 8
 """Calls recorded while fusion is still deciding, after which the next recording is kept anyway."""
-_RELEASE_AFTER_BYTES = 2**24   # replay buffers from which releasing the freed heap (1-20 ms) is worth it
 
 
 class _Entry:
@@ -185,9 +184,7 @@ class CompiledStep:
         settled = fusion_changes() == before
         entry.settling += 1
         if settled or entry.settling >= MAX_SETTLING_CALLS:
-            entry.replay = Replay(rec, [t._slot for t in outs] + [slot for _, slot in writes])
-            if entry.replay.buffers.nbytes >= _RELEASE_AFTER_BYTES:
-                release_freed_memory()   # the buffers now hold what the recording call's arrays held
+            entry.replay = Replay(rec, [t._slot for t in outs] + [slot for _, slot in writes], _planned)
             entry.writes, entry.template, entry.n_outputs = writes, shape, len(outs)
             self._count_recording(flat.key, entry)
         return real
@@ -237,6 +234,14 @@ class CompiledStep:
 
 
 _MISSING = object()
+_RELEASE_AFTER_BYTES = 2**24
+
+
+def _planned(plan) -> None:
+    """A replay's buffers now hold what its calls' freed arrays held: give that memory back to the
+    system (1-20 ms, once) when there is enough of it."""
+    if plan.nbytes >= _RELEASE_AFTER_BYTES:
+        release_freed_memory()
 
 
 def _same_value(a, b) -> bool:

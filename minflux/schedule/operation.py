@@ -77,6 +77,9 @@ def operation(fn: Callable | None = None, *, replayed: Callable | None = None,
         fn.__minflux_results__ = results
     if views_of:
         names = list(inspect.signature(fn).parameters)
+        unknown = [n for n in views_of if n not in names]
+        if unknown:
+            raise ValueError(f"operation: views_of names {unknown}, which {fn.__name__} does not take")
         fn.__minflux_views_of__ = (tuple(names.index(n) for n in views_of), tuple(views_of))
 
     @functools.wraps(fn)

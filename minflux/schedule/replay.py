@@ -5,11 +5,12 @@ and ``$`` for a value (the callable, a constant). A replay starts as a program: 
 per step, made from a template per distinct statement (a training step of thousands of operations
 has a few dozen), so the recording call builds it in milliseconds. Once the schedule has been
 replayed `COMPILE_AFTER` times it is compiled into one straight-line function whose locals are the
-slots, the form with the least overhead per operation; compiling costs about 20 us per operation,
-which a schedule replayed only a few times (a partial last batch) never pays. Both forms write
-intermediate arrays into the buffers planned when the schedule was recorded (`buffers`: ``f3``
-below, exp's result; the returned sum is new on every call), free each other slot after its last
-use, set numpy's error state where the recording changed it, and return the output slots as a list.
+slots, with its intermediate arrays written into buffers allocated once (`buffers`: ``f3`` below,
+exp's result; the returned sum is new on every call): the form with the least overhead per
+operation and no allocation beyond the results, which costs about 25-30 us per operation to plan
+and compile, so a schedule replayed only a few times (a partial last batch) never pays it. Both
+forms free each slot after its last use, set numpy's error state where the recording changed it, and
+return the output slots as a list.
 
 >>> import numpy as np
 >>> from minflux.schedule.recorder import Recording
@@ -66,15 +67,19 @@ class Replay:
     """The replay of ``recording`` returning slots ``outputs`` (see the module docstring).
 
     ``n_steps`` is the number of operations it calls, ``replays`` the calls so far, ``source`` the
-    text of the straight-line function (generated on first use).
+    text of the straight-line function (generated on first use), ``buffers`` the `Plan` of its
+    buffers (planned with the straight-line function; empty before), which ``after_planning(plan)``
+    is told of.
     """
 
-    def __init__(self, recording: Recording, outputs: list[int]):
+    def __init__(self, recording: Recording, outputs: list[int], after_planning=None):
         self.n_inputs = recording.n_inputs
         self.n_steps = len(recording.steps)
         self.replays = 0
+        self.buffers = Plan({}, np.empty(0, np.uint8))
         self._outputs = list(outputs)
-        self._statements, self.buffers = _statements(recording, self._outputs)
+        self._recording, self._after_planning = recording, after_planning
+        self._statements, self._reads, self._position = _statements(recording, self._outputs)
         self._lock = threading.Lock()   # one replay at a time writes the buffers
         self._blank = [None] * (recording.slots - recording.n_inputs)
         self._program = _program(self._statements)
@@ -84,8 +89,22 @@ class Replay:
     @property
     def source(self) -> str:
         if self._source_and_values is None:
-            self._source_and_values = _straight_line(self._statements, self._outputs, self.n_inputs)
+            statements = self._with_buffers()
+            self._source_and_values = _straight_line(statements, self._outputs, self.n_inputs)
         return self._source_and_values[0]
+
+    def _with_buffers(self) -> list[_Statement]:
+        """The statements with ``out=`` buffers, planned now (`buffers`)."""
+        self.buffers = plan_buffers(self._recording, self._outputs, self._reads)
+        statements = list(self._statements)
+        for i, buffer in self.buffers.outs.items():   # a planned call's text ends with its parenthesis
+            st = statements[self._position[i]]
+            text = st.text[:-1] + ("out=$)" if st.text.endswith("()") else ", out=$)")
+            statements[self._position[i]] = st._replace(text=text, params=st.params + [buffer])
+        self._recording = self._reads = self._position = None
+        if self._after_planning is not None:
+            self._after_planning(self.buffers)
+        return statements
 
     def __call__(self, inputs: list) -> list:
         old = np.geterr()
@@ -116,21 +135,19 @@ class Replay:
 
 
 # -- rendering ------------------------------------------------------------------------------------
-def _statements(recording: Recording, outputs: list[int]) -> tuple[list[_Statement], Plan]:
-    """Every step (and every change of numpy's error state) as a `_Statement`, with its dead slots,
-    each step that has a buffer passing it as ``out=``; and the buffers' `Plan`."""
-    steps = [_render(step) for step in recording.steps]
-    plan = plan_buffers(recording, outputs, [reads for _, _, reads, _ in steps])
-    for i, buffer in plan.outs.items():   # a call's text ends with its closing parenthesis
-        text, params, reads, writes = steps[i]
-        steps[i] = (text[:-1] + ("out=$)" if text.endswith("()") else ", out=$)"), params + [buffer], reads, writes)
+def _statements(recording: Recording, outputs: list[int]) -> tuple[list[_Statement], list, list]:
+    """Every step (and every change of numpy's error state) as a `_Statement`, with its dead slots;
+    the slots each step reads; and the index of each step's statement."""
     rendered: list[tuple[str, list, list, list]] = []   # text, params, slots read, slots written
+    step_reads, position = [], []
     errstate = None
-    for step, statement in zip(recording.steps, steps):
+    for step in recording.steps:
         if step.errstate != errstate:
             errstate = step.errstate
             rendered.append(("$(**$)", [np.seterr, dict(errstate)], [], []))
-        rendered.append(statement)
+        position.append(len(rendered))
+        rendered.append(_render(step))
+        step_reads.append(rendered[-1][2])
     last_use: dict[int, int] = {}
     for i, (_, _, reads, _) in enumerate(rendered):
         for slot in reads:
@@ -143,7 +160,7 @@ def _statements(recording: Recording, outputs: list[int]) -> tuple[list[_Stateme
     for i, (_, _, _, writes) in enumerate(rendered):
         dead[i].extend(slot for slot in writes if slot not in last_use and slot not in keep)
     statements = [_Statement(text, params, sorted(set(d))) for (text, params, _, _), d in zip(rendered, dead)]
-    return statements, plan
+    return statements, step_reads, position
 
 
 def _render(step) -> tuple[str, list, list, list]:

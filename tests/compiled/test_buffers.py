@@ -25,10 +25,12 @@ def recorded(fn, x):
 
 
 def both_forms(replay, inputs):
-    """The replay's result in its program form, then in its compiled form."""
+    """The replay's result in its program form (new arrays throughout), then in its compiled form
+    (which plans the buffers)."""
     first = replay([inputs.copy()])[0]
-    while replay.replays <= COMPILE_AFTER:
+    while replay.replays < COMPILE_AFTER:
         replay([inputs.copy()])
+    assert replay.buffers.nbytes == 0
     return first, replay([inputs.copy()])[0]
 
 
@@ -40,14 +42,28 @@ def test_buffers_whose_lives_do_not_overlap_share_memory():
         return c - 3.0       # step 3: the result, new on every call
 
     replay = recorded(chain, np.zeros(N))
+    x = np.linspace(-1.0, 1.0, N)
+    results = both_forms(replay, x)
     outs = replay.buffers.outs
     assert sorted(outs) == [0, 1, 2]
     assert np.shares_memory(outs[0], outs[2]) and not np.shares_memory(outs[0], outs[1])
     assert replay.buffers.nbytes <= 2 * 8 * N + 64
-    x = np.linspace(-1.0, 1.0, N)
-    for got in both_forms(replay, x):
+    for got in results:
         np.testing.assert_array_equal(got, (np.exp(x) + 1.0) * 2.0 - 3.0)
         assert not any(np.shares_memory(got, o) for o in outs.values())
+
+
+def test_the_buffers_are_planned_once_with_the_straight_line_function_and_announced():
+    rec = Recording("f")
+    y = np.exp(rec.input(np.zeros(N))) * 2.0
+    told = []
+    replay = Replay(rec, [y._slot], after_planning=told.append)
+    rec.close()
+    results = both_forms(replay, np.ones(N))
+    replay([np.ones(N)])
+    assert told == [replay.buffers] and sorted(replay.buffers.outs) == [0]
+    for got in results:
+        np.testing.assert_array_equal(got, np.exp(np.ones(N)) * 2.0)
 
 
 def test_a_view_keeps_its_base_buffer_alive_until_the_view_is_last_used():
@@ -58,11 +74,11 @@ def test_a_view_keeps_its_base_buffer_alive_until_the_view_is_last_used():
         return v + n
 
     replay = recorded(viewed, np.zeros(N))
-    a, n = replay.buffers.outs[0], replay.buffers.outs[2]
-    assert not np.shares_memory(a, n)
     x = np.linspace(-1.0, 1.0, N)
     for got in both_forms(replay, x):
         np.testing.assert_array_equal(got, np.exp(x)[::-1] - x)
+    a, n = replay.buffers.outs[0], replay.buffers.outs[2]
+    assert not np.shares_memory(a, n)
 
 
 def test_an_array_an_undeclared_operation_sees_gets_memory_of_its_own_on_every_call():
@@ -74,8 +90,11 @@ def test_an_array_an_undeclared_operation_sees_gets_memory_of_its_own_on_every_c
         return a + 0.0
 
     replay = recorded(lambda x: keep(np.exp(x)) * 2.0, np.zeros(N))
+    replay.source
     assert 0 not in replay.buffers.outs
     inputs = [np.full(N, 1.0), np.full(N, 2.0)]
+    for _ in range(COMPILE_AFTER):
+        replay([inputs[0]])
     for x in inputs:
         replay([x])
     np.testing.assert_array_equal(kept[-2], np.exp(inputs[0]))
@@ -155,3 +174,5 @@ def test_an_operation_declares_its_results_or_is_refused():
     assert second.__wrapped_operation__.__minflux_views_of__ == ((1,), ("b",))
     with pytest.raises(ValueError, match="results must be 'new', 'views' or 'out'"):
         mf.operation(results="fresh")(lambda a: a)
+    with pytest.raises(ValueError, match=r"views_of names \['c'\], which second does not take"):
+        mf.operation(results="views", views_of=("c",))(second.__wrapped_operation__)

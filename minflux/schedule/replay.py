@@ -7,7 +7,7 @@ has a few dozen), so the recording call builds it in milliseconds. Once the sche
 replayed `COMPILE_AFTER` times it is compiled into one straight-line function whose locals are the
 slots, with its intermediate arrays written into buffers allocated once (`buffers`: ``f3`` below,
 exp's result; the returned sum is new on every call): the form with the least overhead per
-operation and no allocation beyond the results, which costs about 25-30 us per operation to plan
+operation and no allocation beyond the results, which costs about 35-45 us per operation to plan
 and compile, so a schedule replayed only a few times (a partial last batch) never pays it. Both
 forms free each slot after its last use, set numpy's error state where the recording changed it, and
 return the output slots as a list.
@@ -48,7 +48,7 @@ COMPILE_AFTER = 64
 """Replays run as a program of per-step functions before the schedule is compiled into one function.
 
 At the HM-LSTM's sizes the straight-line form saves 0.4-1 us per operation per replay and costs
-about 22-24 us per operation to compile, so it repays its compilation after some 25-60 replays."""
+about 35-45 us per operation to plan its buffers and compile once."""
 
 _SIMPLE = (int, float, bool, str, type(None))
 _PLACEHOLDER = re.compile(r"[@$]")

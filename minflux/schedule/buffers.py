@@ -40,8 +40,9 @@ OUT, NEW, VIEWS = "out", "new", "views"
 _FUNCTIONS = {
     np.concatenate: OUT, np.stack: OUT,
     np.where: NEW, np.vdot: NEW, np.dot: NEW, np.take: NEW, np.sum: NEW, np.copy: NEW, np.zeros_like: NEW,
-    np.ones_like: NEW, np.full_like: NEW, np.empty_like: NEW, np.outer: NEW, np.einsum: NEW,
-    np.tensordot: NEW, operator.setitem: NEW,
+    np.ones_like: NEW, np.full_like: NEW, np.empty_like: NEW, np.outer: NEW, np.tensordot: NEW,
+    operator.setitem: NEW,
+    np.einsum: VIEWS,   # a transposition or a diagonal comes back as a view
     operator.getitem: VIEWS, np.reshape: VIEWS, np.transpose: VIEWS, np.moveaxis: VIEWS,
     np.swapaxes: VIEWS, np.squeeze: VIEWS, np.expand_dims: VIEWS, np.broadcast_to: VIEWS,
     np.split: VIEWS, np.array_split: VIEWS, np.ravel: VIEWS, np.atleast_1d: VIEWS, np.atleast_2d: VIEWS,

@@ -34,6 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .recorder import Recording, Ref
+from .traced import _METHOD_CALLERS
 
 OUT, NEW, VIEWS = "out", "new", "views"
 
@@ -59,7 +60,11 @@ _ATTRIBUTE_GETTERS = {repr(operator.attrgetter(name)) for name in ("T", "mT", "r
 
 def kind(fn, args: tuple, kwargs: dict) -> str | None:
     """How ``fn(*args, **kwargs)`` treats the arrays it gets (see the module docstring); None when
-    unknown."""
+    unknown.
+
+    >>> kind(np.add, (1, 2), {}), kind(np.add, (1, 2), {"out": 3}), kind(print, (), {})
+    ('out', 'views', None)
+    """
     if "out" in kwargs:
         return VIEWS   # it writes into a given array and returns that
     if isinstance(fn, np.ufunc):
@@ -77,7 +82,6 @@ def kind(fn, args: tuple, kwargs: dict) -> str | None:
         return NEW if found == OUT and "dtype" in kwargs else found
     name = getattr(fn, "__name__", "")
     if name.startswith("ndarray."):
-        from .traced import _METHOD_CALLERS
         if _METHOD_CALLERS.get(name[8:]) is fn:
             return _METHODS.get(name[8:])
     if fn.__class__ is operator.attrgetter and repr(fn) in _ATTRIBUTE_GETTERS:
@@ -87,7 +91,11 @@ def kind(fn, args: tuple, kwargs: dict) -> str | None:
 
 class Plan(NamedTuple):
     """``outs``: step index -> the ``out=`` value its replay passes (an array, or a list with None
-    for an output left new); ``arena``: the memory every buffer is a view of."""
+    for an output left new); ``arena``: the memory every buffer is a view of.
+
+    >>> Plan({}, np.empty(0, np.uint8)).nbytes
+    0
+    """
 
     outs: dict
     arena: np.ndarray

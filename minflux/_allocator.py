@@ -38,12 +38,8 @@ def keep_freed_memory() -> bool:
     setting = os.environ.get("MINFLUX_KEEP_FREED_MEMORY", "1").strip().lower()
     if setting in ("0", "false", "no", "off"):
         return False
-    try:
-        libc = ctypes.CDLL(None)
-    except OSError:
-        log.debug("no C library to configure")
-        return False
-    if not (hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt")):
+    libc = _glibc()
+    if libc is None:
         return False
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
         libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
@@ -65,8 +61,11 @@ def release_freed_memory() -> bool:
 
 @functools.cache
 def _glibc():
+    """The process's C library when it is glibc (with ``mallopt`` and ``malloc_trim``), else None."""
     try:
         libc = ctypes.CDLL(None)
     except OSError:
+        log.debug("no C library to configure")
         return None
-    return libc if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "malloc_trim") else None
+    glibc = all(hasattr(libc, name) for name in ("gnu_get_libc_version", "mallopt", "malloc_trim"))
+    return libc if glibc else None

@@ -105,9 +105,8 @@ class Plan(NamedTuple):
         return self.arena.nbytes
 
 
-def plan_buffers(recording: Recording, outputs: list[int], reads: list | None = None) -> Plan:
-    """The buffers of ``recording``'s replay that returns slots ``outputs`` (see the module docstring);
-    ``reads[i]``, when given, lists the slots step ``i`` reads."""
+def plan_buffers(recording: Recording, outputs: list[int]) -> Plan:
+    """The buffers of ``recording``'s replay that returns slots ``outputs`` (see the module docstring)."""
     steps, layouts = recording.steps, recording.layouts
     shares: dict[int, frozenset] = {}   # slot -> the buffers (named by their slot) it may share memory with
     born: dict[int, int] = {}           # buffer -> the step making it
@@ -117,7 +116,7 @@ def plan_buffers(recording: Recording, outputs: list[int], reads: list | None = 
     empty = frozenset()
     for i, step in enumerate(steps):
         reached = empty
-        for slot in (reads[i] if reads is not None else _refs(step.args, step.kwargs)):
+        for slot in _refs(step.args, step.kwargs):
             got = shares.get(slot)
             if got:
                 reached = got if not reached else reached | got

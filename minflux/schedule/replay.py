@@ -7,7 +7,7 @@ has a few dozen), so the recording call builds it in milliseconds. Once the sche
 replayed `COMPILE_AFTER` times it is compiled into one straight-line function whose locals are the
 slots, with its intermediate arrays written into buffers allocated once (`buffers`: ``f3`` below,
 exp's result; the returned sum is new on every call): the form with the least overhead per
-operation and no allocation beyond the results, which costs about 35-45 us per operation to plan
+operation and no allocation beyond the results, which costs about 45-75 us per operation to plan
 and compile, so a schedule replayed only a few times (a partial last batch) never pays it. Both
 forms free each slot after its last use, set numpy's error state where the recording changed it, and
 return the output slots as a list.
@@ -48,7 +48,7 @@ COMPILE_AFTER = 64
 """Replays run as a program of per-step functions before the schedule is compiled into one function.
 
 At the HM-LSTM's sizes the straight-line form saves 0.4-1 us per operation per replay and costs
-about 35-45 us per operation to plan its buffers and compile once."""
+about 45-75 us per operation to plan its buffers and compile once."""
 
 _SIMPLE = (int, float, bool, str, type(None))
 _PLACEHOLDER = re.compile(r"[@$]")
@@ -79,7 +79,7 @@ class Replay:
         self.buffers = Plan({}, np.empty(0, np.uint8))
         self._outputs = list(outputs)
         self._recording, self._after_planning = recording, after_planning
-        self._statements, self._reads, self._position = _statements(recording, self._outputs)
+        self._statements, self._position = _statements(recording, self._outputs)
         self._lock = threading.Lock()   # one replay at a time writes the buffers
         self._blank = [None] * (recording.slots - recording.n_inputs)
         self._program = _program(self._statements)
@@ -95,13 +95,13 @@ class Replay:
 
     def _with_buffers(self) -> list[_Statement]:
         """The statements with ``out=`` buffers, planned now (`buffers`)."""
-        self.buffers = plan_buffers(self._recording, self._outputs, self._reads)
+        self.buffers = plan_buffers(self._recording, self._outputs)
         statements = list(self._statements)
         for i, buffer in self.buffers.outs.items():   # a planned call's text ends with its parenthesis
             st = statements[self._position[i]]
             text = st.text[:-1] + ("out=$)" if st.text.endswith("()") else ", out=$)")
             statements[self._position[i]] = st._replace(text=text, params=st.params + [buffer])
-        self._recording = self._reads = self._position = None
+        self._recording = self._position = None
         if self._after_planning is not None:
             self._after_planning(self.buffers)
         return statements
@@ -135,11 +135,11 @@ class Replay:
 
 
 # -- rendering ------------------------------------------------------------------------------------
-def _statements(recording: Recording, outputs: list[int]) -> tuple[list[_Statement], list, list]:
+def _statements(recording: Recording, outputs: list[int]) -> tuple[list[_Statement], list]:
     """Every step (and every change of numpy's error state) as a `_Statement`, with its dead slots;
-    the slots each step reads; and the index of each step's statement."""
+    and the index of each step's statement."""
     rendered: list[tuple[str, list, list, list]] = []   # text, params, slots read, slots written
-    step_reads, position = [], []
+    position = []
     errstate = None
     for step in recording.steps:
         if step.errstate != errstate:
@@ -147,7 +147,6 @@ def _statements(recording: Recording, outputs: list[int]) -> tuple[list[_Stateme
             rendered.append(("$(**$)", [np.seterr, dict(errstate)], [], []))
         position.append(len(rendered))
         rendered.append(_render(step))
-        step_reads.append(rendered[-1][2])
     last_use: dict[int, int] = {}
     for i, (_, _, reads, _) in enumerate(rendered):
         for slot in reads:
@@ -160,7 +159,7 @@ def _statements(recording: Recording, outputs: list[int]) -> tuple[list[_Stateme
     for i, (_, _, _, writes) in enumerate(rendered):
         dead[i].extend(slot for slot in writes if slot not in last_use and slot not in keep)
     statements = [_Statement(text, params, sorted(set(d))) for (text, params, _, _), d in zip(rendered, dead)]
-    return statements, step_reads, position
+    return statements, position
 
 
 def _render(step) -> tuple[str, list, list, list]:

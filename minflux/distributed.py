@@ -229,12 +229,15 @@ def _abort_from_watchdog(world: _World, what: str, timeout: float) -> None:
                f"{timeout:g} s; another rank has died, hangs, or is far behind. Aborting the whole job. "
                "(If steps legitimately take longer, raise MINFLUX_COLLECTIVE_TIMEOUT.)")
     log.critical(message)  # without handlers, logging's last resort prints it on stderr
-    sys.stderr.flush()
     _abort(world, 1)
 
 
 def _abort(world: _World, code: int) -> None:
     from mpi4py import MPI
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    time.sleep(ABORT_GRACE_S)  # the launcher forwards what this rank printed before it ends the job
 
     if MPI.Query_thread() == MPI.THREAD_MULTIPLE:
         world.comm.Abort(code)
@@ -257,9 +260,6 @@ def abort(code: int = 1) -> None:
     world = _get()
     if world.size == 1:
         sys.exit(code)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    time.sleep(ABORT_GRACE_S)
     _abort(world, code)
 
 

@@ -2,6 +2,7 @@
 splitting arrays (concatenate, stack, split, unstack). Their VJPs move gradients, never compute."""
 from __future__ import annotations
 
+import operator
 from typing import Sequence
 
 from ..autograd import record
@@ -207,16 +208,50 @@ def split(x, indices_or_sections, axis: int = 0) -> list:
     xp = get_array_module(v, op="mf.split")
     shape = tuple(v.shape)
     axis = normalise_axis(axis, v.ndim, "mf.split", shape)
-    if isinstance(indices_or_sections, int) and shape[axis] % indices_or_sections:
-        raise ValueError(f"mf.split: axis {axis} of shape {shape} has length {shape[axis]}, which "
-                         f"does not split into {indices_or_sections} equal sections")
-    parts = xp.split(v, indices_or_sections, axis=axis)
+    n = shape[axis]
+    bounds = [0, *_split_indices(indices_or_sections, n, axis, shape), n]
+    # basic slices, as numpy's split takes them (without its per-call overhead)
+    cuts = [slice(start, end) for start, end in zip(bounds, bounds[1:])]
+    parts = [v[_along(axis, v.ndim, cut)] for cut in cuts]
     part_shapes, dtype = [tuple(p.shape) for p in parts], v.dtype  # the closure must not hold v
+    tiled = _tile(cuts, n)
 
     def vjp(gout, needs):
-        return [_join_parts(xp, gout, part_shapes, shape, dtype, axis, squeezed=False)]
+        if tiled:
+            return [_join_parts(xp, gout, part_shapes, shape, dtype, axis, squeezed=False)]
+        full = xp.zeros(shape, dtype=dtype)   # indices out of order: parts overlap
+        for g, cut in zip(gout, cuts):
+            if g is not None:
+                full[_along(axis, len(shape), cut)] += g
+        return [full]
 
     return list(record("split", parts, [x], vjp, multi=True))
+
+
+def _tile(cuts: list, n: int) -> bool:
+    """True when slices ``cuts`` of an axis of length ``n`` cover it in order, each element once."""
+    end = 0
+    for cut in cuts:
+        start, stop, _ = cut.indices(n)
+        if stop > start:
+            if start != end:
+                return False
+            end = stop
+    return end == n
+
+
+def _split_indices(indices_or_sections, n: int, axis: int, shape: tuple) -> list:
+    """Where `split` cuts an axis of length ``n``: the given indices, or those of equal sections."""
+    try:
+        sections = operator.index(indices_or_sections)
+    except TypeError:
+        return list(indices_or_sections)
+    if sections < 1:
+        raise ValueError(f"mf.split: the number of sections must be positive, got {sections}")
+    if n % sections:
+        raise ValueError(f"mf.split: axis {axis} of shape {shape} has length {n}, which "
+                         f"does not split into {sections} equal sections")
+    return [n // sections * k for k in range(1, sections)]
 
 
 def unstack(x, axis: int = 0) -> list:

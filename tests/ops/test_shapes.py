@@ -70,7 +70,8 @@ def test_stack(axis, rng):
     check_grad(lambda *xs: mf.sum(mf.stack(list(xs), axis=axis) * w), *xs)
 
 
-@pytest.mark.parametrize("sections,axis", [(3, 0), ([1, 4], 0), (2, 1), ([2], -1)])
+@pytest.mark.parametrize("sections,axis", [(3, 0), ([1, 4], 0), (2, 1), ([2], -1), (np.int64(2), 0),
+                                           ([4, 1], 0), ([-2, 5, 9], 0), ([], 1)])
 def test_split(sections, axis, rng):
     x = rng.standard_normal((6, 4))
     parts = mf.split(x, sections, axis=axis)
@@ -132,6 +133,8 @@ def test_shape_errors_name_the_op_and_shapes():
         mf.stack([np.ones(2), np.ones(3)])
     with pytest.raises(ValueError, match=r"mf\.split: .*length 5.*3 equal sections"):
         mf.split(np.ones(5), 3)
+    with pytest.raises(ValueError, match=r"mf\.split: the number of sections must be positive, got 0"):
+        mf.split(np.ones(5), 0)
     with pytest.raises(ValueError, match=r"mf\.squeeze: axis 0 of shape \(2, 1\) has length 2"):
         mf.squeeze(np.ones((2, 1)), 0)
     with pytest.raises(ValueError, match=r"mf\.transpose: axes \(0, 0\)"):

@@ -2,8 +2,9 @@
 
 At the recurrent models' shapes (a few dozen rows times a weight of a few hundred columns) MKL
 multiplies 1.3-1.75x faster than the OpenBLAS numpy ships (`benchmarks/gemm_providers.py`), and
-`minflux.matrix_product.matmul` hands it every 2-D float32 or float64 product whose operands it can
-read in place (row-major or transposed, any leading dimension); everything else goes to numpy.
+`minflux.matrix_product.matmul` hands it every 2-D float32 or float64 product of at least
+``GEMM_MIN_MULTIPLY_ADDS`` whose operands it can read in place (row-major or transposed, any leading
+dimension); everything else goes to numpy.
 ``pip install 'minflux[mkl]'`` installs it; ``MINFLUX_GEMM`` chooses: ``auto`` (the default: MKL
 when installed), ``mkl`` (an error when it is not) or ``numpy``.
 

@@ -1,7 +1,8 @@
 """The matrix product every minflux operation calls: one place that decides its library and threads.
 
-2-D float products go to MKL when its wheel is installed (`minflux.gemm_provider`: 1.3-1.75x
-OpenBLAS at the recurrent models' shapes) and to numpy's ``matmul`` otherwise.
+2-D float products of at least `GEMM_MIN_MULTIPLY_ADDS` go to MKL when its wheel is installed
+(`minflux.gemm_provider`: 1.3-1.75x OpenBLAS at the recurrent models' shapes) and to numpy's
+``matmul`` otherwise.
 
 BLAS runs on one thread in a minflux process (`minflux.compiler.threads`): OpenBLAS's own workers
 spin while they wait for the next product, which on a busy machine costs many times the work. A
@@ -26,7 +27,7 @@ from .compiler.threads import get_num_threads, threads_now
 from .gemm_provider import gemm
 from .schedule import operation
 
-__all__ = ["matmul", "PARALLEL_MIN_MULTIPLY_ADDS"]
+__all__ = ["matmul", "PARALLEL_MIN_MULTIPLY_ADDS", "GEMM_MIN_MULTIPLY_ADDS"]
 
 PARALLEL_MIN_MULTIPLY_ADDS = 1 << 27
 """Products with fewer multiply-adds than this run on one thread. Measured on two idle cores (CPU time
@@ -34,6 +35,11 @@ of the split product against one BLAS call): 50-105 million multiply-adds split 
 1.24-1.28x the CPU, 157-202 million 1.6-1.9x faster for 1.01-1.10x, 20 billion 1.96x faster for 1.01x.
 A default that costs more CPU than one thread is not the fast setting on a busy machine, so only
 products from 2^27 split."""
+
+GEMM_MIN_MULTIPLY_ADDS = 1 << 19
+"""Products with fewer multiply-adds than this go to numpy's ``matmul`` even where MKL is loaded: a call
+into MKL costs about 5 us before any arithmetic (16 x 16 x 16: 5.1 us against numpy's 0.9); measured on
+one core, numpy was faster below 2^19 for every layout and MKL faster from 2^20."""
 
 _BLOCK = 64   # columns (or rows) per unit of work: whole register tiles of the GEMM kernels
 
@@ -68,12 +74,13 @@ def _matmul_2d(a, b, out=None):
     (m, k), n = a.shape, b.shape[1]
     by_columns = n >= m
     blocks = -(-(n if by_columns else m) // _BLOCK)
-    shares = min(get_num_threads(), blocks) if m * n * k >= PARALLEL_MIN_MULTIPLY_ADDS else 1
-    if out is None and (shares > 1 or gemm is not None):
+    work = m * n * k
+    shares = min(get_num_threads(), blocks) if work >= PARALLEL_MIN_MULTIPLY_ADDS else 1
+    if shares == 1 and (gemm is None or work < GEMM_MIN_MULTIPLY_ADDS):
+        return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+    if out is None:
         out = np.empty((m, n), np.result_type(a, b))
     if shares == 1:
-        if out is None:
-            return np.matmul(a, b)
         _product(a, b, out)
         return out
     edges = [blocks * s // shares * _BLOCK for s in range(shares + 1)]

@@ -95,3 +95,17 @@ def test_a_product_written_into_a_given_array_has_the_bits_of_a_new_one(a_shape)
     got = matrix_product.matmul(a, b, out)
     assert np.shares_memory(got, out) and out.tobytes() == matrix_product.matmul(a, b).tobytes()
     np.testing.assert_allclose(out, a @ b, rtol=1e-13)
+
+
+@pytest.mark.parametrize("m, k, n, library", [(16, 16, 16, "numpy"), (64, 64, 127, "numpy"),
+                                              (64, 64, 128, "gemm"), (32, 256, 513, "gemm")])
+def test_products_below_the_gemm_threshold_go_to_numpy(monkeypatch, m, k, n, library):
+    assert (m * k * n < matrix_product.GEMM_MIN_MULTIPLY_ADDS) == (library == "numpy")
+    calls = []
+    monkeypatch.setattr(matrix_product, "gemm", lambda a, b, out: calls.append(a.shape) or False)
+    rng = np.random.default_rng(m + n)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    for out in (None, np.empty((m, n), np.float32)):
+        got = matrix_product.matmul(a, b, out)
+        assert got.tobytes() == np.matmul(a, b).tobytes()   # numpy's bits (the stand-in gemm declines)
+    assert calls == ([] if library == "numpy" else [(m, k)] * 2)

@@ -7,6 +7,7 @@ A broadcast's Jacobian is diagonal per input, so for outputs ``y_m`` and differe
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Sequence
 
@@ -15,6 +16,7 @@ import numpy as np
 from ..autograd import is_seed_broadcast, record
 from ..backend import get_array_module
 from ..broadcasting import sum_to
+from ..compiler.compiled import get_elementwise_backend
 from ..schedule import operation
 from ..tensor import Tensor, unwrap
 from .node_kernel import gradient_sums
@@ -111,17 +113,22 @@ def _sum_terms(terms: list, fresh: bool):
 
 
 def _one_kernel_applies(grads: list, partials: list) -> bool:
-    from ..compiler.compiled import get_elementwise_backend
-
     first = partials[0]
-    if get_elementwise_backend() != "numba" or first.__class__ is not np.ndarray or \
-            first.dtype not in _KERNEL_DTYPES:
+    if first.__class__ is not np.ndarray or first.dtype not in _KERNEL_DTYPES or \
+            get_elementwise_backend() != "numba":
         return False
     shape, dtype = first.shape, first.dtype
-    for a in grads + partials:
-        if a.__class__ is not np.ndarray or a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
-            return False
+    for arrays in (grads, partials):
+        for a in arrays:
+            if a.__class__ is not np.ndarray or a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
+                return False
     return True
+
+
+@functools.cache
+def _one_term_each(n: int) -> tuple:
+    """The `_gradient_sums` structure of ``n`` sums of one term each, from one output gradient."""
+    return tuple(((0, j),) for j in range(n))
 
 
 _KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -154,8 +161,18 @@ def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], parti
             terms.append((m, k, p, tuple(getattr(value, "shape", ())), getattr(value, "dtype", None)))
 
     if len(outputs) == 1:
-        def vjp(g, needs):
-            return vjp_multi([g], needs)
+        def vjp(g, needs):   # vjp_multi for one output, whose arguments have one term each
+            wanted = [t for t in terms if needs[t[1]]]
+            grads = [None] * n_args
+            if len(wanted) > 1 and not any(t[2].__class__ in _NUMBERS for t in wanted):
+                sums = _gradient_sums([g], [t[2] for t in wanted], _one_term_each(len(wanted)), fresh)
+                for (_, k, _, shape, dtype), acc in zip(wanted, sums):
+                    grads[k] = _finish(acc, shape, dtype)
+                return grads
+            finite = _finite_seed(g) if fresh else None
+            for _, k, p, shape, dtype in wanted:
+                grads[k] = _finish(_times(g, p, fresh, finite), shape, dtype)
+            return grads
 
     def vjp_multi(gout, needs):
         wanted = [t for t in terms if gout[t[0]] is not None and needs[t[1]]]

@@ -41,9 +41,13 @@ def recording_of(x):
         return x._recording
     if cls is tuple or cls is list:
         for item in x:
-            found = recording_of(item)
-            if found is not None:
-                return found
+            cls = item.__class__   # only a traced array or a container is looked into
+            if cls is Traced:
+                return item._recording
+            if cls is tuple or cls is list or cls is dict:
+                found = recording_of(item)
+                if found is not None:
+                    return found
     elif cls is dict:
         return recording_of(list(x.values()))
     return None
@@ -84,7 +88,7 @@ def operation(fn: Callable | None = None, *, replayed: Callable | None = None,
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        recording = recording_of(args) or recording_of(kwargs)
+        recording = recording_of(args) or (recording_of(kwargs) if kwargs else None)
         if recording is None:
             return fn(*args, **kwargs)
         return recording.call(fn, args, kwargs, replayed=replayed)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..pointwise.functions import elementwise
+from ..schedule import operation
 from ..pointwise.primitives import sign, sqrt
 
 from .rule import NON_NEGATIVE, UNIT, AccumulatorRule, Rule, xp_of
@@ -120,7 +121,17 @@ class Adam(Rule):
         >>> Adam(beta1=0.5, beta2=0.75).corrections(np.array(2), np.float32)
         (np.float32(0.75), np.float32(0.4375))
         """
-        return (1.0 - self.beta1 ** t).astype(dtype), (1.0 - self.beta2 ** t).astype(dtype)
+        return _bias_corrections(t, self.beta1, self.beta2, np.dtype(dtype))
+
+
+@operation(results="new")
+def _bias_corrections(t, beta1: float, beta2: float, dtype: np.dtype):
+    """`Adam.corrections`: a step count on the host is read once and raised in Python (one operation
+    where array arithmetic took six), one on a device stays there."""
+    if t.__class__ is np.ndarray or isinstance(t, (int, np.integer)):
+        n = int(t)
+        return dtype.type(1.0 - beta1 ** n), dtype.type(1.0 - beta2 ** n)
+    return (1.0 - beta1 ** t).astype(dtype), (1.0 - beta2 ** t).astype(dtype)
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,18 @@ def test_clip_value_then_descent():
           [[0.0, 2.5], [-0.5, 2.5], [0.5, 1.0]])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adam_bias_corrections_are_one_minus_beta_to_the_step_count(dtype):
+    rule = optim.Adam(beta1=0.9, beta2=0.999)
+    for t in (1, 2, 10, 1000, 10**6):
+        got = rule.corrections(np.array(t), dtype)
+        assert [type(c) for c in got] == [dtype, dtype]
+        for c, beta in zip(got, (0.9, 0.999)):
+            exact = -math.expm1(t * math.log(beta))   # 1 - beta^t without the cancellation
+            # the formula 1 - beta^t in float64 (beta^t near 1 loses its low bits), rounded to dtype
+            assert abs(float(c) - exact) <= np.finfo(dtype).eps * exact + 4 * np.finfo(np.float64).eps
+
+
 def test_adam_state_holds_the_moments_and_counts_steps():
     x = np.ones(2)
     state = optim.setup(optim.Adam(), x)

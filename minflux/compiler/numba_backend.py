@@ -392,7 +392,7 @@ class Launcher:
     def __init__(self, kernel: Kernel, plan: Plan, out_dtypes: list, shape: tuple):
         self.kernel, self.plan, self.shape, self.out_dtypes = kernel, plan, shape, out_dtypes
         self.head = (plan.inner, plan.total, plan.rows, *plan.strides)
-        self.reads = plan.reads if any(plan.reads) else None
+        self.reads = [(k, how) for k, how in enumerate(plan.reads) if how]   # the inputs not read in place
         chunks = min(plan.rows, LOOP_CHUNKS) if kernel.has_loops else 1
         self.chunks = [(plan.rows * c // chunks, plan.rows * (c + 1) // chunks) for c in range(chunks)]
 
@@ -404,8 +404,10 @@ class Launcher:
             results = [np.empty(shape, dtype) if o is None else o for o, dtype in zip(out, self.out_dtypes)]
         total = self.plan.total
         if total:
-            if self.reads is not None:
-                arrays = [read(a, how, shape) for a, how in zip(arrays, self.reads)]
+            if self.reads:
+                arrays = list(arrays)
+                for k, how in self.reads:
+                    arrays[k] = read(arrays[k], how, shape)
             args = (*self.head, *pointers(arrays), *pointers(results))
             n_threads = min(threads_now(), self.plan.rows) if total >= PARALLEL_MIN_ELEMENTS else 1
             for r0, r1 in self.chunks:

@@ -74,9 +74,13 @@ def _forward(x, w, keep, columns: int, out=None):
     return out
 
 
-def _masked(a, keep, columns: int):
-    """``a`` with the first ``columns`` columns zeroed in the rows ``keep`` drops (a new array)."""
-    xp = get_array_module(a)
-    mask = xp.concatenate([xp.broadcast_to(keep[:, None], (a.shape[0], columns)),
-                           xp.ones((a.shape[0], a.shape[1] - columns), bool)], axis=1)
-    return xp.where(mask, a, xp.zeros((), a.dtype))
+@operation(results="out")
+def _masked(a, keep, columns: int, out=None):
+    """``a`` with the first ``columns`` columns zeroed in the rows ``keep`` drops (a new array, or
+    ``out``)."""
+    if out is None:
+        out = a.copy()
+    else:
+        out[...] = a
+    out[~keep, :columns] = 0
+    return out

@@ -135,7 +135,12 @@ def test_device_arrays_are_reduced_through_nccl_with_the_id_from_mpi(tmp_path):
 @pytest.mark.slow
 def test_a_rank_that_stops_answering_ends_the_job_with_a_message(tmp_path):
     # 5 s: long enough that start-up collectives of a slow (loaded) rank finish in time, far below the sleep
-    done = launch(2, CHECKS, "watchdog", tmp_path / "w.pkl", env={"CHECK_TIMEOUT": "5"}, timeout=90)
+    # A second try only when the launcher forwarded nothing at all (under heavy load MPICH can lose an
+    # aborting rank's output); a wrong or missing message in what it did forward still fails.
+    for _ in range(2):
+        done = launch(2, CHECKS, "watchdog", tmp_path / "w.pkl", env={"CHECK_TIMEOUT": "5"}, timeout=90)
+        if done.stderr:
+            break
     assert done.returncode != 0
     assert "rank 0 of 2: barrier did not finish within 5 s" in done.stderr
     assert "Aborting the whole job" in done.stderr

@@ -409,12 +409,13 @@ class Launcher:
                 for k, how in self.reads:
                     arrays[k] = read(arrays[k], how, shape)
             args = (*self.head, *pointers([*arrays, *results]))
-            if total < PARALLEL_MIN_ELEMENTS and len(self.chunks) == 1:
-                self.kernel.call(0, self.plan.rows, *args)   # one call on this thread
-                return results
-            n_threads = min(threads_now(), self.plan.rows) if total >= PARALLEL_MIN_ELEMENTS else 1
-            for r0, r1 in self.chunks:
-                run_rows(self.kernel.call, r0, r1, n_threads, args)
+            if total < PARALLEL_MIN_ELEMENTS:   # on this thread, without asking the pool
+                for r0, r1 in self.chunks:
+                    self.kernel.call(r0, r1, *args)
+            else:
+                n_threads = min(threads_now(), self.plan.rows)
+                for r0, r1 in self.chunks:
+                    run_rows(self.kernel.call, r0, r1, n_threads, args)
         return results
 
 

@@ -214,10 +214,9 @@ def split(x, indices_or_sections, axis: int = 0) -> list:
     cuts = [slice(start, end) for start, end in zip(bounds, bounds[1:])]
     parts = [v[_along(axis, v.ndim, cut)] for cut in cuts]
     part_shapes, dtype = [tuple(p.shape) for p in parts], v.dtype  # the closure must not hold v
-    tiled = _tile(cuts, n)
 
     def vjp(gout, needs):
-        if tiled:
+        if _tile(cuts, n):
             return [_join_parts(xp, gout, part_shapes, shape, dtype, axis, squeezed=False)]
         full = xp.zeros(shape, dtype=dtype)   # indices out of order: parts overlap
         for g, cut in zip(gout, cuts):

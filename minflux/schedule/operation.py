@@ -41,10 +41,10 @@ def recording_of(x):
         return x._recording
     if cls is tuple or cls is list:
         for item in x:
-            cls = item.__class__   # only a traced array or a container is looked into
-            if cls is Traced:
+            kind = item.__class__   # only a traced array or a container is looked into
+            if kind is Traced:
                 return item._recording
-            if cls is tuple or cls is list or cls is dict:
+            if kind is tuple or kind is list or kind is dict:
                 found = recording_of(item)
                 if found is not None:
                     return found

@@ -1,4 +1,5 @@
-"""Gradient checking: compare `mf.gradient` with central finite differences in float64."""
+"""Checks for tests: gradients against central finite differences in float64, and products against
+the rounding-error bound of a sum of k terms (true on every BLAS, whatever its summation order)."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -78,3 +79,33 @@ def check_grad(f: Callable, *args: Any, eps: float = 1e-6, rtol: float = 1e-5, a
         raise GradientMismatch(f"gradient of argument {position}, leaf {name}, element {index}: "
                                f"analytic {got!r} vs finite differences {numeric!r}")
     return float(worst[0])
+
+
+def assert_product_close(got, want, a, b, *, operand_rtol: float = 0.0) -> None:
+    """Assert that two computations of the product ``a @ b`` agree within rounding error.
+
+    Each of ``got`` and ``want`` may sum the k terms of an element in any order, so each lies within
+    ``gamma_k |a| @ |b|`` of the exact product (``gamma_k = k u / (1 - k u)``, u the unit roundoff of
+    ``got``'s dtype); they differ by at most twice that. ``operand_rtol`` widens the bound for operands
+    that were themselves computed one way for ``got`` and another for ``want`` (relative error per
+    element). Raises `AssertionError` naming the worst element.
+
+    >>> import numpy as np
+    >>> from minflux.testing import assert_product_close
+    >>> a, b = np.random.default_rng(0).normal(size=(2, 300, 40)), np.random.default_rng(1).normal(size=(40, 3))
+    >>> assert_product_close(a @ b, np.einsum("bik,kj->bij", a, b), a, b)
+    """
+    got, want = np.asarray(to_numpy(got)), np.asarray(to_numpy(want))
+    a, b = np.abs(to_numpy(a)).astype(np.float64), np.abs(to_numpy(b)).astype(np.float64)
+    k = a.shape[-1]
+    unit_roundoff = np.finfo(got.dtype).eps / 2
+    gamma = k * unit_roundoff / (1 - k * unit_roundoff)
+    bound = (2 * gamma + 2 * operand_rtol) * np.matmul(a, b) + np.finfo(got.dtype).tiny
+    if got.shape != want.shape:
+        raise AssertionError(f"product shapes differ: {got.shape} vs {want.shape}")
+    error = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    excess = error / bound
+    if not np.all(excess <= 1):
+        worst = np.unravel_index(int(np.nanargmax(np.where(np.isnan(excess), np.inf, excess))), excess.shape)
+        raise AssertionError(f"product element {tuple(int(i) for i in worst)}: {got[worst]!r} vs {want[worst]!r}, "
+                             f"error {error[worst]:.3g} above the rounding bound {bound[worst]:.3g} (k = {k})")

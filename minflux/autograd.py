@@ -356,8 +356,8 @@ def _own_gradient(g, value, handed_out: set[int]):
     VJPs may hand back views (of a broadcast seed, of another slot's gradient); the caller may update
     a returned gradient in place, so views and arrays already returned for another leaf are copied.
     """
-    if not is_array(g):  # a numpy scalar from a full reduction
-        g = get_array_module(value).asarray(g, dtype=value.dtype)
+    if not is_array(g):  # a numpy scalar from a full reduction (full_like: a step of a recording too)
+        g = get_array_module(value).full_like(value, g, shape=())
     elif g.base is not None or id(g) in handed_out or g.dtype != value.dtype:
         g = g.astype(value.dtype, copy=True)
     if g.shape != value.shape:

@@ -4,8 +4,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import is_array
-from ..schedule import operation
+from ..schedule import Traced, operation
 from ..tensor import Tensor
+
+
+@operation(results="new")
+def _as_array(x):
+    return np.asarray(x)
 
 
 @operation(results="new")
@@ -40,6 +45,8 @@ def value_of(x):
         return x.value
     if is_array(x):
         return x
+    if x.__class__ is Traced:   # a recorded number (a full reduction): its 0-d array, one step
+        return _as_array(x)
     if isinstance(x, (str, bytes, tuple, dict, set)) or x is None:
         raise TypeError(f"a minflux op got {describe(x)} where it takes an array, a Tensor, a number or a "
                         f"(nested) list of numbers" + _hint(x))

@@ -8,6 +8,7 @@ import numpy as np
 from ..autograd import IndexedGrad, record
 from ..backend import as_array, get_array_module, is_array
 from ..broadcasting import sum_to
+from ..schedule import operation
 from ..tensor import Tensor
 from ._common import normalise_axis, value_of
 from .shapes import reshape
@@ -33,12 +34,20 @@ def _selects_once(index) -> bool:
     return True
 
 
-def _distinct_positions(index, v, xp) -> bool:
-    """True when the 1-D integer ``index`` names each row of ``v`` at most once, counting ``-1`` and
-    ``len(v) - 1`` as the same row (out-of-range entries are left for the assignment to report)."""
-    rows = v.shape[0] if v.ndim else 0
+@operation(results="new")
+def _check_distinct_positions(index, rows: int) -> None:
+    """Raise unless the 1-D integer ``index`` names each of ``rows`` rows at most once, counting ``-1``
+    and ``rows - 1`` as the same row (out-of-range entries are left for the assignment to report); an
+    operation, so a recording checks every replay's index."""
+    xp = get_array_module(index)
     positions = xp.where(index < 0, index + rows, index)
-    return int(xp.unique(positions).size) == int(index.size)
+    if int(xp.unique(positions).size) != int(index.size):
+        raise ValueError(_REPEATED_POSITIONS)
+
+
+_REPEATED_POSITIONS = ("mf.index_set: an integer index must be one 1-D array without repeated positions (a "
+                       "negative index and its positive alias are one position); for repeated positions "
+                       "that add up, use mf.take's gradient or build the sum explicitly")
 
 
 def getitem(x, index):
@@ -156,11 +165,9 @@ def index_set(x, index, values):
     xp = get_array_module(v, values_v, op="mf.index_set")
     index = _plain_index(index, xp)
     if not _selects_once(index):
-        if isinstance(index, tuple) or index.ndim != 1 or not _distinct_positions(index, v, xp):
-            raise ValueError("mf.index_set: an integer index must be one 1-D array without repeated "
-                             "positions (a negative index and its positive alias are one position); "
-                             "for repeated positions that add up, use mf.take's gradient or build the "
-                             "sum explicitly")
+        if isinstance(index, tuple) or index.ndim != 1:
+            raise ValueError(_REPEATED_POSITIONS)
+        _check_distinct_positions(index, v.shape[0] if v.ndim else 0)
     out = v.astype(xp.result_type(v, values_v), copy=True)
     try:
         out[index] = values_v

@@ -7,16 +7,34 @@ import numpy as np
 from ..autograd import active_tape
 from ..backend import get_array_module
 from ..compiler.rules import TABLE, ArrayMath
+from ..schedule import operation
 from ..tensor import Tensor, unwrap
 from .node import broadcast_node
 
 _MATH: dict = {}
+_HOST_LOOPS = frozenset({"erf"})
+"""Primitives whose array implementation loops over the elements in Python (libm's erf per element):
+a recording keeps each call as one step, since it cannot follow that loop's reads."""
+
+
+@operation(results="new")
+def _host_loop(name: str, *args):
+    return TABLE[name].impl(get_array_module(*args), *args)
+
+
+class _Math(ArrayMath):
+    """The namespace of derivative rules on arrays, with `_HOST_LOOPS` primitives as one step each."""
+
+    def __getattr__(self, name):
+        if name in _HOST_LOOPS:
+            return lambda *args: _host_loop(name, *args)
+        return ArrayMath.__getattr__(self, name)
 
 
 def _math(xp) -> ArrayMath:
     m = _MATH.get(xp)
     if m is None:
-        m = _MATH[xp] = ArrayMath(xp)
+        m = _MATH[xp] = _Math(xp)
     return m
 
 
@@ -35,7 +53,7 @@ def apply_primitive_now(name: str, *args, tape=None):
     values = [a.value if isinstance(a, Tensor) else a for a in args]
     xp = get_array_module(*values, op=f"mf.{name}")
     try:
-        y = prim.impl(xp, *values)
+        y = _host_loop(name, *values) if name in _HOST_LOOPS else prim.impl(xp, *values)
     except ValueError as e:  # numpy's broadcast error lacks the op's name
         shapes = [tuple(np.shape(v)) for v in values]
         try:
@@ -53,7 +71,7 @@ def apply_primitive_now(name: str, *args, tape=None):
             if isinstance(a, Tensor) and a._tape is tape and rules[k] is not None:
                 if m is None:
                     m = _math(xp)
-                partials[(0, k)] = _as_dtype(rules[k](m, *values, y), y)
+                partials[(0, k)] = _as_dtype(_partial(rules[k], m, values, y), y)
     if not partials:
         for a in args:
             if isinstance(a, Tensor):
@@ -63,6 +81,21 @@ def apply_primitive_now(name: str, *args, tape=None):
     # it is differentiated by (`reverse` asks the tape which inputs an output reaches)
     linked = [a if (0, k) in partials else values[k] for k, a in enumerate(args)]
     return broadcast_node(name, linked, (y,), partials, values=values)
+
+
+def _partial(rule, m, values: list, y):
+    """``rule(m, *values, y)``; where it divides one Python number by another zero (``1 / b`` of
+    ``x / 0.0``), as numpy does: with numpy scalars, giving inf or nan under numpy's error state."""
+    try:
+        return rule(m, *values, y)
+    except ZeroDivisionError:
+        return rule(m, *[_numpy_number(v) for v in values], y)
+
+
+def _numpy_number(v):
+    if v.__class__ is bool or v.__class__ is int or v.__class__ is float or v.__class__ is complex:
+        return np.asarray(v)[()]
+    return v
 
 
 def _as_dtype(partial, y):

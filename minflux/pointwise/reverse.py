@@ -50,7 +50,7 @@ def run_reverse(cf, args, arrays, kinds, float_dtype, shape):
             "time; mode='auto' or 'mixed' decides them inside a compiled kernel, which a replay repeats)")
     tape = active_tape()
     first_node = len(tape.nodes) if tape is not None else 0
-    inputs = [a if isinstance(a, Tensor) and kind == "f" else arr
+    inputs = [_in_float_dtype(a, arr, tape) if isinstance(a, Tensor) and kind == "f" else arr
               for a, arr, kind in zip(args, arrays, kinds)]
     outs = evaluate(fn, inputs, _TapeOps(xp, float_dtype, fn.subroutines))
     if cf.parsed.loop_sites:
@@ -78,6 +78,17 @@ def run_reverse(cf, args, arrays, kinds, float_dtype, shape):
     elif any(isinstance(a, Tensor) for a in args):
         result = [out if isinstance(out, Tensor) else Tensor(out) for out in result]
     return tuple(result) if len(result) > 1 else result[0]
+
+
+def _in_float_dtype(a: Tensor, array, tape):
+    """Float Tensor argument ``a`` as ``array``, the kernel's float type (`prepare`): itself when it is
+    of that type, else a cast recorded with partial 1 (a tracked float32 argument of a function that
+    computes in float64), so each op computes in that one type as the kernels do."""
+    if array is unwrap(a):
+        return a
+    if tape is not None and a._tape is tape:
+        return broadcast_node("astype", [a], [array], {(0, 0): 1})
+    return array
 
 
 def _reached(tape, first_node: int, slot: int) -> set:

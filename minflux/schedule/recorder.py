@@ -99,6 +99,8 @@ class Recording:
         self.layouts: dict[int, tuple] = {}   # slot -> (shape, dtype) of a C-contiguous numpy array of fixed shape
         self._by_id: dict[int, weakref.ref] = {}   # id(real array) -> its Traced, while both live
         self._error_state = (object(), None)        # (numpy's state object, its items)
+        follow_conversions(True)
+        self._unfollow = weakref.finalize(self, follow_conversions, False)   # at close, or if never closed
 
     # -- slots --------------------------------------------------------------------------------
     def input(self, value) -> "Traced":
@@ -112,16 +114,18 @@ class Recording:
             return t
         return self._new(value)
 
-    def _new(self, value, dynamic: bool = False) -> "Traced":
-        t = Traced(value, self.slots, self, dynamic)
-        if value.__class__ is np.ndarray and not dynamic and value.size and value.flags.c_contiguous:
+    def _new(self, value) -> "Traced":
+        t = Traced(value, self.slots, self)
+        if value.__class__ is np.ndarray and value.size and value.flags.c_contiguous:
             self.layouts[self.slots] = (value.shape, value.dtype)
         self.slots += 1
-        self._by_id[id(value)] = weakref.ref(t)
+        if value.__class__ not in _NUMBERS:
+            self._by_id[id(value)] = weakref.ref(t)
         return t
 
     def close(self) -> None:
         """End the recording: its traced arrays refuse every further use."""
+        self._unfollow()
         self.closed = True
         self._by_id.clear()
 
@@ -132,24 +136,20 @@ class Recording:
                 "in a global, a closure or an attribute?); use the arrays the compiled function returns")
 
     # -- steps --------------------------------------------------------------------------------
-    def call(self, fn: Callable, args: tuple, kwargs: dict, dynamic: bool = False,
-             replayed: Callable | None = None):
+    def call(self, fn: Callable, args: tuple, kwargs: dict, replayed: Callable | None = None,
+             scalars: bool = False):
         """Run ``fn`` on the real arrays behind ``args``/``kwargs`` and record it as one step.
 
-        ``dynamic`` says the result's shape depends on the data (its shape must not steer Python);
-        ``replayed``, when given, may name a callable to record in ``fn``'s place (`operation`).
+        ``replayed``, when given, may name a callable to record in ``fn``'s place (`operation`);
+        ``scalars`` lets ``fn`` give Python numbers (a generator's scalar draw, Python arithmetic on
+        one), which become stand-ins too.
         """
         self.check_open()
         found: list = []
         raw_args, ref_args = self._unwrap(args, found)
         raw_kwargs, ref_kwargs = self._unwrap(kwargs, found) if kwargs else ({}, {})
-        if not dynamic:
-            for t in found:
-                if t._dynamic:
-                    dynamic = True
-                    break
         result = fn(*raw_args, **raw_kwargs)
-        wrapped, out = self.adopt(result, dynamic, fn)
+        wrapped, out = self.adopt(result, fn, scalars)
         if replayed is not None:
             fn = replayed(*raw_args, **raw_kwargs) or fn
         self.steps.append(Step(fn, ref_args, ref_kwargs, out, self._errstate()))
@@ -188,17 +188,20 @@ class Recording:
             raise self.refuse("uses an array's value as a slice bound")
         return x, x
 
-    def adopt(self, result, dynamic: bool = False, fn: Callable | None = None):
+    def adopt(self, result, fn: Callable | None = None, scalars: bool = False):
         """(the result with each real array wrapped, the same structure with `Ref`s and None)."""
         if isinstance(result, (np.ndarray, np.generic)):
             ref = self._by_id.get(id(result))
             known = ref() if ref is not None else None
             if known is not None and known._value is result:
                 return known, Ref(known._slot)
-            t = self._new(result, dynamic)
+            t = self._new(result)
+            return t, Ref(t._slot)
+        if scalars and result.__class__ in _NUMBERS:
+            t = self._new(result)
             return t, Ref(t._slot)
         if result.__class__ in (tuple, list):
-            pairs = [self.adopt(r, dynamic, fn) for r in result]
+            pairs = [self.adopt(r, fn, scalars) for r in result]
             return result.__class__(p[0] for p in pairs), result.__class__(p[1] for p in pairs)
         if result is None or isinstance(result, (np.dtype, type)):
             return result, None
@@ -216,7 +219,8 @@ class Recording:
             f"mf.compile({self.name}, fallback='eager') to run this function eagerly.")
 
 
-from .traced import Traced, TracedGenerator  # noqa: E402  (Traced needs Recording's module for its errors)
+# Traced needs Recording's module for its errors
+from .traced import _NUMBERS, Traced, TracedGenerator, follow_conversions  # noqa: E402
 
 _WALKED = frozenset({Traced, TracedGenerator, tuple, list, dict, slice})
 """The classes `Recording._unwrap` looks into; everything else is a constant of the step."""

@@ -3,10 +3,17 @@
 It behaves as the numpy array it wraps for everything that does not look at the data: shape, dtype,
 strides, operators, ufuncs, numpy functions, methods and indexing all run on the real array at once
 and are recorded as steps (numpy hands them over through ``__array_ufunc__`` and
-``__array_function__``). What would read the data into Python -- ``bool``, ``float``, ``int``,
-``.item()``, ``np.asarray``, a kernel that is not an `operation` -- raises `NotReplayable`. It is
+``__array_function__``; ``np.ascontiguousarray``, which numpy does not hand over, is followed while a
+recording is open). What would read the data into Python -- ``bool``, ``float``, ``int``,
+``.item()``, ``np.asarray``, ``str`` and ``repr``, a kernel that is not an `operation` -- raises
+`NotReplayable`, and so does an operation whose result's size depends on the data (``np.nonzero``,
+``np.unique``, a traced boolean mask as an index): a replay could not give later calls' sizes. It is
 not an ``ndarray`` subclass on purpose: numpy and compiled code could read a subclass's memory
 without asking, and the recording would silently miss it.
+
+A number a generator argument draws (``rng.normal()``) is a Python number, as it is eagerly; its
+stand-in computes with Python's arithmetic, so its promotion with arrays (weak, as Python numbers
+are) is the eager one.
 
 >>> import numpy as np
 >>> from minflux.schedule.recorder import Recording
@@ -22,12 +29,14 @@ minflux.schedule.recorder.NotReplayable: mf.compile(f): ... reads an array's val
 from __future__ import annotations
 
 import operator
+import threading
 
 import numpy as np
 
-_DYNAMIC_FUNCTIONS = frozenset({np.nonzero, np.flatnonzero, np.argwhere, np.unique, np.extract, np.compress})
 _STATIC_FUNCTIONS = frozenset({np.shape, np.ndim, np.size, np.result_type, np.iscomplexobj, np.isrealobj,
                                np.can_cast, np.may_share_memory, np.shares_memory})
+_NUMBERS = frozenset({int, float, complex, bool})
+"""The classes of the Python numbers a stand-in may hold (a generator's scalar draw, arithmetic on it)."""
 _METHOD_CALLERS: dict = {}
 
 
@@ -41,19 +50,44 @@ def _method_caller(name: str):
     return call
 
 
+def _argument(position: int, name: str):
+    """A test of a call: whether its argument at ``position`` (or keyword ``name``) is traced."""
+    def traced(args, kwargs) -> bool:
+        value = args[position] if len(args) > position else kwargs.get(name)
+        return value.__class__ is Traced
+    return traced
+
+
+def _always(args, kwargs) -> bool:
+    return True
+
+
+_DATA_SIZED = {f: _always for f in (np.nonzero, np.flatnonzero, np.argwhere, np.unique, np.setdiff1d,
+                                    np.intersect1d, np.union1d, np.setxor1d, np.trim_zeros)}
+_DATA_SIZED.update({getattr(np, name): _always for name in
+                    ("unique_all", "unique_counts", "unique_inverse", "unique_values") if hasattr(np, name)})
+_DATA_SIZED.update({np.bincount: _argument(0, "x"), np.compress: _argument(0, "condition"),
+                    np.extract: _argument(0, "condition"), np.repeat: _argument(1, "repeats"),
+                    np.delete: _argument(1, "obj"),
+                    np.where: lambda args, kwargs: len(args) + len(kwargs) == 1})
+"""numpy functions whose result's size depends on the data, each with the test of a call that makes it
+so (``np.where`` with one argument, ``np.repeat`` with traced counts, ...)."""
+_DATA_SIZED_METHODS = {"nonzero": _always, "compress": _argument(0, "condition"),
+                       "repeat": _argument(0, "repeats")}
+
 _ATTRIBUTES = {name: operator.attrgetter(name) for name in ("T", "mT", "real", "imag")}
 
 
 class Traced:
     """A recorded array (see the module docstring). ``_value`` is the real array of the recording
-    call, ``_slot`` its place in the recording; ``_dynamic`` marks a shape that depends on the data."""
+    call (or the Python number a generator drew), ``_slot`` its place in the recording."""
 
-    __slots__ = ("_value", "_slot", "_recording", "_dynamic", "__weakref__")
+    __slots__ = ("_value", "_slot", "_recording", "__weakref__")
     __array_priority__ = 2000
     __hash__ = None
 
-    def __init__(self, value, slot: int, recording, dynamic: bool = False):
-        self._value, self._slot, self._recording, self._dynamic = value, slot, recording, dynamic
+    def __init__(self, value, slot: int, recording):
+        self._value, self._slot, self._recording = value, slot, recording
 
     # -- numpy's protocols ----------------------------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -74,11 +108,23 @@ class Traced:
     def __array_function__(self, func, types, args, kwargs):
         if func in _STATIC_FUNCTIONS:
             return func(*self._recording._unwrap(args, [])[0], **self._recording._unwrap(kwargs, [])[0])
-        return self._recording.call(func, args, kwargs, dynamic=func in _DYNAMIC_FUNCTIONS)
+        sized = _DATA_SIZED.get(func)
+        if sized is not None and sized(args, kwargs):
+            raise self._data_sized(f"np.{func.__name__}")
+        return self._recording.call(func, args, kwargs)
 
     def __array__(self, dtype=None, copy=None):
         raise self._recording.refuse("converts an array to numpy (np.asarray, np.array, or code that "
                                      "reads its memory)")
+
+    def __buffer__(self, flags):
+        raise self._recording.refuse("reads an array's memory (memoryview or a buffer)")
+
+    def _data_sized(self, call: str):
+        return self._recording.refuse(
+            f"calls {call}, whose result's size depends on the data (a replay could not give another "
+            "call's size; select with a fixed-size form such as np.where(mask, x, 0) or a mask "
+            "multiplied in)")
 
     # -- what reads the data into Python ------------------------------------------------------
     def _host_read(self, how: str):
@@ -108,34 +154,34 @@ class Traced:
     def tobytes(self, order="C"):
         self._host_read(".tobytes()")
 
-    def __format__(self, spec):
-        self._host_read("format")
+    def __round__(self, ndigits=None):
+        if isinstance(self._value, np.ndarray):
+            raise self._recording.refuse("calls round() on an array, which numpy arrays do not have; "
+                                         "np.round(x) rounds it, and a replay repeats that")
+        args = (self,) if ndigits is None else (self, ndigits)
+        return self._recording.call(round, args, {}, scalars=True)   # a number: Python's round, as eagerly
+
+    def _as_text(self, how: str):
+        raise self._recording.refuse(
+            f"formats a recorded array as text ({how}): the text would be the recording call's "
+            "values on every replay; return the array and format it after the call")
 
     def __repr__(self):
-        return f"Traced(shape={self._value.shape}, dtype={self._value.dtype}, slot={self._slot})"
+        self._as_text("repr")
 
-    __str__ = __repr__
+    def __str__(self):
+        self._as_text("str or print")
+
+    def __format__(self, spec):
+        self._as_text("format or an f-string")
 
     # -- metadata: fixed by the shapes and dtypes of the arguments ----------------------------
-    @property
-    def shape(self) -> tuple:
-        if self._dynamic:
-            raise self._recording.refuse("reads the shape of an array whose size depends on the data "
-                                         "(from nonzero, unique or a boolean mask)")
-        return self._value.shape
-
+    shape = property(lambda self: self._value.shape)
     dtype = property(lambda self: self._value.dtype)
     ndim = property(lambda self: self._value.ndim)
-
-    @property
-    def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
+    size = property(lambda self: self._value.size)
     itemsize = property(lambda self: self._value.itemsize)
-    nbytes = property(lambda self: self.size * self._value.itemsize)
+    nbytes = property(lambda self: self._value.nbytes)
     strides = property(lambda self: self._value.strides)
     flags = property(lambda self: self._value.flags)
 
@@ -150,10 +196,7 @@ class Traced:
         return known if known is not None else _UNTRACED_BASE
 
     def __len__(self):
-        shape = self.shape
-        if not shape:
-            raise TypeError("len() of unsized object")
-        return shape[0]
+        return len(self._value)
 
     def __iter__(self):
         for i in range(len(self)):
@@ -165,21 +208,31 @@ class Traced:
         if not callable(getattr(self._value, name)):
             raise self._recording.refuse(f"reads .{name} of an array (its memory or a view of its data)")
         call = _method_caller(name)
-        return lambda *args, **kwargs: self._recording.call(call, (self,) + args, kwargs,
-                                                            dynamic=name == "nonzero")
+        sized = _DATA_SIZED_METHODS.get(name)
+
+        def method(*args, **kwargs):
+            if sized is not None and sized(args, kwargs):
+                raise self._data_sized(f".{name}()")
+            return self._recording.call(call, (self,) + args, kwargs)
+        return method
 
     # -- indexing -----------------------------------------------------------------------------
     def __getitem__(self, index):
-        dynamic = _is_mask(index)
-        return self._recording.call(operator.getitem, (self, index), {}, dynamic=dynamic)
+        if _traced_mask(index):
+            raise self._recording.refuse(
+                "indexes with a recorded boolean mask (one the function computed, or an argument or a "
+                "global array), so the result's size depends on the data (select with "
+                "np.where(mask, x, 0) or multiply by the mask; a mask made inside the function from "
+                "constants is fine)")
+        return self._recording.call(operator.getitem, (self, index), {})
 
     def __setitem__(self, index, value):
         self._recording.call(operator.setitem, (self, index, value), {})
 
 
-def _is_mask(index) -> bool:
-    items = index if isinstance(index, tuple) else (index,)
-    return any(getattr(getattr(i, "dtype", None), "kind", None) == "b" for i in items)
+def _traced_mask(index) -> bool:
+    items = index if index.__class__ is tuple else (index,)
+    return any(i.__class__ is Traced and getattr(i._value, "dtype", None) == np.bool_ for i in items)
 
 
 class _UntracedBase:
@@ -201,36 +254,52 @@ for _name in _ATTRIBUTES:
     setattr(Traced, _name, _attribute(_name))
 
 
-def _binary(ufunc, reflected: bool = False, inplace: bool = False):
+def _binary(ufunc, python, reflected: bool = False, inplace: bool = False):
     def method(self, other):
         if getattr(type(other), "__array_ufunc__", 0) is None:
             return NotImplemented
+        if self._value.__class__ in _NUMBERS:   # a drawn Python number: Python's arithmetic, as eagerly
+            return self._recording.call(python, (other, self) if reflected else (self, other), {},
+                                        scalars=True)
         if inplace:
             return ufunc(self, other, out=(self,))
         return ufunc(other, self) if reflected else ufunc(self, other)
     return method
 
 
-for _names, _ufunc in ((("add",), np.add), (("sub",), np.subtract), (("mul",), np.multiply),
-                       (("truediv",), np.true_divide), (("floordiv",), np.floor_divide),
-                       (("mod",), np.remainder), (("pow",), np.power), (("matmul",), np.matmul),
-                       (("and",), np.bitwise_and), (("or",), np.bitwise_or), (("xor",), np.bitwise_xor),
-                       (("lshift",), np.left_shift), (("rshift",), np.right_shift)):
-    for _n in _names:
-        setattr(Traced, f"__{_n}__", _binary(_ufunc))
-        setattr(Traced, f"__r{_n}__", _binary(_ufunc, reflected=True))
-        setattr(Traced, f"__i{_n}__", _binary(_ufunc, inplace=True))
-for _n, _ufunc in (("lt", np.less), ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
-                   ("eq", np.equal), ("ne", np.not_equal)):
-    setattr(Traced, f"__{_n}__", _binary(_ufunc))
-for _n, _ufunc in (("neg", np.negative), ("pos", np.positive), ("abs", np.absolute), ("invert", np.invert)):
-    setattr(Traced, f"__{_n}__", lambda self, _u=_ufunc: _u(self))
-Traced.__divmod__ = _binary(np.divmod)
+def _unary(ufunc, python):
+    def method(self):
+        if self._value.__class__ in _NUMBERS:
+            return self._recording.call(python, (self,), {}, scalars=True)
+        return ufunc(self)
+    return method
+
+
+_ARITHMETIC = (("add", np.add, operator.add), ("sub", np.subtract, operator.sub),
+               ("mul", np.multiply, operator.mul), ("truediv", np.true_divide, operator.truediv),
+               ("floordiv", np.floor_divide, operator.floordiv), ("mod", np.remainder, operator.mod),
+               ("pow", np.power, operator.pow), ("matmul", np.matmul, operator.matmul),
+               ("and", np.bitwise_and, operator.and_), ("or", np.bitwise_or, operator.or_),
+               ("xor", np.bitwise_xor, operator.xor), ("lshift", np.left_shift, operator.lshift),
+               ("rshift", np.right_shift, operator.rshift))
+for _n, _ufunc, _python in _ARITHMETIC:
+    setattr(Traced, f"__{_n}__", _binary(_ufunc, _python))
+    setattr(Traced, f"__r{_n}__", _binary(_ufunc, _python, reflected=True))
+    setattr(Traced, f"__i{_n}__", _binary(_ufunc, _python, inplace=True))
+for _n, _ufunc, _python in (("lt", np.less, operator.lt), ("le", np.less_equal, operator.le),
+                            ("gt", np.greater, operator.gt), ("ge", np.greater_equal, operator.ge),
+                            ("eq", np.equal, operator.eq), ("ne", np.not_equal, operator.ne)):
+    setattr(Traced, f"__{_n}__", _binary(_ufunc, _python))
+for _n, _ufunc, _python in (("neg", np.negative, operator.neg), ("pos", np.positive, operator.pos),
+                            ("abs", np.absolute, operator.abs), ("invert", np.invert, operator.invert)):
+    setattr(Traced, f"__{_n}__", _unary(_ufunc, _python))
+Traced.__divmod__ = _binary(np.divmod, divmod)
 
 
 class TracedGenerator(Traced):
     """The stand-in for a ``numpy.random.Generator`` argument: every draw is a recorded step, so a
-    replay draws from the generator it is given exactly what the function would have drawn."""
+    replay draws from the generator it is given exactly what the function would have drawn (a
+    scalar draw, such as ``rng.normal()``, is a Python number as eagerly)."""
 
     __slots__ = ()
 
@@ -238,7 +307,40 @@ class TracedGenerator(Traced):
         if name.startswith("_") or not callable(getattr(self._value, name, None)):
             raise AttributeError(f"a recorded generator has no method {name!r}")
         call = _method_caller(name)
-        return lambda *args, **kwargs: self._recording.call(call, (self,) + args, kwargs)
+        return lambda *args, **kwargs: self._recording.call(call, (self,) + args, kwargs, scalars=True)
 
     def __repr__(self):
-        return f"TracedGenerator(slot={self._slot})"
+        return repr(self._value)   # the generator object itself, as eagerly: nothing of its state
+
+    __str__ = __repr__
+    __format__ = object.__format__
+
+
+_CONTIGUOUS = np.ascontiguousarray
+_open_recordings = [0]
+_lock = threading.Lock()
+
+
+def _ascontiguousarray(a, dtype=None, *, like=None):
+    """``np.ascontiguousarray`` while a recording is open: on a traced array, a recorded step."""
+    if a.__class__ is Traced:
+        return a._recording.call(_CONTIGUOUS, (a,), {} if dtype is None else {"dtype": dtype})
+    return _CONTIGUOUS(a, dtype=dtype, like=like)
+
+
+def follow_conversions(opened: bool) -> None:
+    """A recording opened (True) or closed (False): ``np.ascontiguousarray``, which numpy does not
+    hand over to ``__array_function__``, follows traced arrays while any recording is open.
+
+    >>> from minflux.schedule.recorder import Recording
+    >>> rec = Recording("f")
+    >>> y = np.ascontiguousarray(rec.input(np.ones((2, 3))).T)
+    >>> rec.close(); y.shape, rec.steps[-1].fn is _CONTIGUOUS
+    ((3, 2), True)
+    """
+    with _lock:
+        _open_recordings[0] += 1 if opened else -1
+        if _open_recordings[0] > 0 and np.ascontiguousarray is _CONTIGUOUS:
+            np.ascontiguousarray = _ascontiguousarray
+        elif _open_recordings[0] <= 0 and np.ascontiguousarray is _ascontiguousarray:
+            np.ascontiguousarray = _CONTIGUOUS

@@ -58,3 +58,29 @@ def test_a_constant_result_of_a_tracked_call_is_an_untracked_tensor(mode):
         assert isinstance(out, mf.Tensor) and out._tape is None
         return mf.sum(x * 1.0) + mf.sum(out)
     np.testing.assert_array_equal(mf.gradient(loss, np.ones(2))[0], [1.0, 1.0])
+
+
+def tanh_and_product(a, b):
+    return mf.tanh(a), a * b + mf.exp(a * a)
+
+
+@pytest.mark.parametrize("mode", ["auto", "mixed", "adjoint", "reverse"])
+def test_a_float32_argument_of_a_float64_call_computes_in_float64_in_every_mode(mode):
+    """The float type of a call is numpy's promotion of its float arguments: each mode computes a
+    float32 argument's part in float64, inside a gradient as outside one."""
+    x, y = np.array([0.5, -1.5, 0.3], np.float32), np.array([2.0, 3.0, 0.7])
+    seen = []
+
+    def loss(x, y):
+        u, v = mf.broadcast(tanh_and_product, x, y, mode=mode)
+        seen.append((u.dtype, v.dtype))
+        return mf.sum(u) + mf.sum(v * v)
+
+    gx, gy = mf.gradient(loss, x, y)
+    assert seen == [(np.float64, np.float64)]
+    assert (gx.dtype, gy.dtype) == (np.float32, np.float64)   # each argument's own dtype
+    x64 = x.astype(np.float64)
+    v = x64 * y + np.exp(x64 * x64)
+    np.testing.assert_allclose(gy, 2.0 * v * x64, rtol=1e-15)   # float64 precision, not float32's
+    expected_gx = (1.0 - np.tanh(x64) ** 2) + 2.0 * v * (y + 2.0 * x64 * np.exp(x64 * x64))
+    np.testing.assert_allclose(gx, expected_gx.astype(np.float32), rtol=1e-6)

@@ -108,7 +108,8 @@ def main(argv=None) -> int:
     while compiled.replays <= COMPILE_AFTER:
         compiled(*arguments)
     (entry,) = compiled._entries.values()
-    replay, leaves = entry.replay, guard.flatten(arguments).leaves
+    roots = list(arguments) + [{}, step]     # what a call walks: the arguments, keywords, the function
+    replay, leaves = entry.replay, guard.flatten(roots).leaves
     n = replay.n_steps
     seconds = {
         "eager step": best_cpu_seconds(lambda: step(*arguments), max(1, args.calls // 4), args.blocks),
@@ -116,7 +117,7 @@ def main(argv=None) -> int:
         "replay alone, straight-line": best_cpu_seconds(lambda: replay(leaves), args.calls, args.blocks),
         "replay alone, program (first calls)": best_cpu_seconds(
             lambda: replay._interpret(leaves), args.calls, args.blocks),
-        "guard walk alone": best_cpu_seconds(lambda: guard.flatten(arguments), args.calls, args.blocks),
+        "guard walk alone": best_cpu_seconds(lambda: guard.flatten(roots), args.calls, args.blocks),
     }
     rows = [[what, f"{s * 1e3:.3f}", f"{s / n * 1e6:.2f}"] for what, s in seconds.items()]
     table = (f"A chain of {args.layers} `Dense({args.width}, {args.width}, tanh)` layers trained with Adam "

@@ -10,6 +10,7 @@ import functools
 import os
 import sys
 
+import minflux as mf
 from minflux.files import FileWriteError
 from minflux.io import CheckpointError, CheckpointMismatch
 
@@ -18,7 +19,8 @@ from .data import DatasetNotFoundError
 from .divergence import TrainingDiverged
 from .runs import RunError
 
-EXPECTED = (ConfigError, RunError, CheckpointError, DatasetNotFoundError, FileWriteError, TrainingDiverged)
+EXPECTED = (ConfigError, RunError, CheckpointError, DatasetNotFoundError, FileWriteError, TrainingDiverged,
+            mf.ReplayMismatch)
 
 
 def one_line(exc: BaseException) -> str:

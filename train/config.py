@@ -138,6 +138,10 @@ class TrainConfig:
     compile: bool = setting(True, "replay each step as a recorded schedule (`mf.compile`): the eager "
                             "step's numbers to the last bit without Python per operation; false runs "
                             "the step eagerly")
+    compile_check_every: int = bounded(5000, at_least=0, note="0: never",
+                                       doc="steps between replays checked against the eager step (both "
+                                           "run, on copies; a difference stops the run with "
+                                           "`mf.ReplayMismatch` naming what differed)")
     device: str = choice("auto", "cpu", "gpu", "auto", doc="where to train; auto: the GPU when CuPy finds one")
 
 

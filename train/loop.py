@@ -273,6 +273,15 @@ class Trainer:
         cannot be replayed (it reads its data on the host) trains eagerly after one warning."""
         return mf.compile(training_step, fallback="eager") if self.cfg.train.compile else training_step
 
+    def _step_now(self):
+        """The step to call now: every ``train.compile_check_every`` steps a compiled step's replay
+        is checked against the eager step (`mf.ReplayMismatch` stops the run)."""
+        every = self.cfg.train.compile_check_every
+        checked = getattr(self.step, "checked", None)
+        if checked is not None and every and (self.position.step + 1) % every == 0:
+            return checked
+        return self.step
+
     def train_step(self, window):
         """One step (`train.step`): compiled or eager in one process; over MPI ranks the gradients are
         averaged between the backward pass and the update, so there the step runs eagerly."""
@@ -280,8 +289,8 @@ class Trainer:
         with slope_as_data(self.model) as slope:
             if self.parallel.size == 1:
                 try:
-                    loss, self.state, boundaries = self.step(self.model, self.opt_state, self.state, inputs,
-                                                             targets, slope)
+                    loss, self.state, boundaries = self._step_now()(self.model, self.opt_state, self.state,
+                                                                    inputs, targets, slope)
                 except FloatingPointError:
                     why = why_not_finite(self.model, self.state, inputs, targets, slope)
                     raise self._diverged(why) from None

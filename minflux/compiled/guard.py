@@ -1,11 +1,13 @@
 """The guard of a compiled function: what must be the same for a recorded schedule to be replayed.
 
-`flatten` walks the arguments (trees of arrays, as everywhere in minflux) once and returns their
-array leaves, the positions where they sit, and the *guard key*: the tree structure, each array's
-shape, dtype and device (and which leaves are one tied array), the value of every other leaf
-(numbers, strings, flags, rules) and the process settings a recording depends on (fusion, kernel
-backend and mode, threads, the loop cap). A replay is used only for an equal key, so it never runs
-on arguments it was not recorded for; a value that changes from call to call must be an array.
+`flatten` walks what a call reads -- its arguments, and the function itself with its free variables
+(`minflux.compiled.free_variables`) -- once, and returns the array leaves, the positions where they
+sit, and the *guard key*: the tree structure, each array's shape, dtype, device and strides (and which
+leaves are one tied array), every number by its bits, every other static value, and the process
+settings a recording depends on (fusion, kernel backend and mode, threads, the loop cap, numpy's error
+state). A replay is used only for an equal key, so it never runs on anything it was not recorded for.
+What no key can hold -- an iterator, a foreign array, an object whose contents cannot be walked, the
+clock or a global random state -- is named in `Flat.refused`, and the call is not recorded.
 
 >>> import numpy as np
 >>> flat = flatten(({"w": np.zeros((2, 3)), "lr": 0.1},))
@@ -16,7 +18,11 @@ False
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+import functools
+import random
+import struct
+import types
+from typing import NamedTuple
 
 import numpy as np
 
@@ -27,39 +33,52 @@ from ..compiler.loop_limit import get_max_loop_iterations
 from ..compiler.threads import get_num_threads
 from ..pointwise.lazy import set_fusion
 from ..tensor import Tensor
+from .free_variables import Base, FreeName, Member, class_members, followed, impure_read, is_library, members
 
 GENERATOR = "generator"
-_SCALARS = frozenset({int, float, bool, str, type(None)})
+_PLAIN = frozenset({int, bool, str, bytes, type(None)})
+_BITS = frozenset({float, complex})
+_PLACE_KEYS = (FreeName, Member, Base)
 
 
 def settings() -> tuple:
     """The process settings a recording depends on."""
     fusion = set_fusion()
     return (tuple(sorted(fusion.items())), get_elementwise_backend(), get_num_threads(),
-            get_max_loop_iterations(), default_dtype().str)
+            get_max_loop_iterations(), default_dtype().str, tuple(sorted(np.geterr().items())))
 
 
 class Flat(NamedTuple):
-    """The walk of a call's arguments: unique array (and generator) ``leaves``, the positions of each
+    """The walk of a call: unique array (and generator) ``leaves``, the positions of each
     (``places[k]``, several for a tied array), the guard ``key``, the positions of the other leaves
-    (``values``, with their values), the positions of the mutable containers by id, and ``held``,
-    the objects whose ids are in the key (kept alive with it)."""
+    (``values``, with their values), the positions of the mutable containers by id, ``free``: the
+    free variables holding data, as ``(function, FreeName)``, and ``refused``: why the call cannot
+    be recorded, or None."""
 
     leaves: list
     places: list
     key: tuple
     values: dict
     containers: dict
-    held: list
+    free: list
+    refused: str | None
 
 
-def flatten(args: tuple) -> Flat:
-    """Walk ``args`` (see `Flat` and the module docstring). Random generators are leaves: a replay
-    draws from the generator it is given, as the function would."""
-    leaves, places, key, held = [], [], [], []
+def _bits(x) -> bytes:
+    if isinstance(x, complex):
+        return struct.pack("<dd", x.real, x.imag)
+    return struct.pack("<d", x)
+
+
+def flatten(roots: tuple) -> Flat:
+    """Walk ``roots`` (the arguments, then the function; see `Flat` and the module docstring).
+    Random generators are leaves: a replay draws from the generator it is given, as the function would."""
+    leaves, places, key, free = [], [], [], []
     seen: dict[int, int] = {}
+    walked: dict[int, int] = {}   # id of a mutable container, object or function -> its key entry
     values: dict = {}
     containers: dict = {}
+    refused: list = []
 
     def leaf(x, place, kind):
         first = seen.get(id(x))
@@ -72,32 +91,101 @@ def flatten(args: tuple) -> Flat:
         places.append([place])
         key.append(kind)
 
+    def array(x, place):
+        device = "gpu" if is_cupy_array(x) else "cpu"
+        leaf(x, place, ("array", x.shape, x.dtype.str, device, x.strides))
+
     def visit(x, place):
         cls = x.__class__
         if cls is np.ndarray:       # the common cases first, each as `tree.children` would see it
-            leaf(x, place, ("array", x.shape, x.dtype.str, "cpu"))
+            leaf(x, place, ("array", x.shape, x.dtype.str, "cpu", x.strides))
             return
-        if cls in _SCALARS:
+        if cls in _PLAIN:
             values[place] = x
-            key.append(("value", (cls, x)))
+            key.append(("value", cls, x))
             return
-        if cls is list or cls is tuple or cls is dict:
-            node(x, list(enumerate(x) if cls is not dict else x.items()), place)
+        if cls in _BITS:
+            values[place] = x
+            key.append(("value", cls, _bits(x)))
+            return
+        if cls is tuple:
+            node(x, list(enumerate(x)), place)
+            return
+        if cls is list or cls is dict:
+            if not shared(x, place):
+                node(x, list(enumerate(x) if cls is list else x.items()), place)
             return
         if isinstance(x, Tensor):
             x = x.value
         if is_array(x):
-            leaf(x, place, ("array", x.shape, x.dtype.str, "gpu" if is_cupy_array(x) else "cpu"))
+            array(x, place)
             return
         if isinstance(x, np.random.Generator):
+            containers.setdefault(id(x), place)   # returned, it is the caller's own generator
             leaf(x, place, (GENERATOR,))
+            return
+        if isinstance(x, np.generic):
+            values[place] = x
+            key.append(("value", type(x), x.tobytes()))
+            return
+        if isinstance(x, types.FunctionType):
+            function(x, place)
+            return
+        kids = _special_children(x)
+        if kids is not None:
+            if not shared(x, place):
+                node(x, kids, place)
+            return
+        why = _not_walkable(x)
+        if why:
+            refused.append(f"{where(place, roots)} is {why}")
+            key.append(("refused",))
             return
         kids = tree.children(x)
         if kids is None:
+            kids = _slots(x)
+        if kids is None:
+            try:
+                hash(x)
+            except TypeError:
+                refused.append(f"{where(place, roots)} is a {cls.__name__}, which has no attributes to "
+                               "walk and no value to key; pass what it holds as arrays or numbers")
+                key.append(("refused",))
+                return
             values[place] = x
-            key.append(("value", _static(x, held)))
+            key.append(("value", (cls, x)))
             return
-        node(x, kids, place)
+        if not shared(x, place):
+            if not is_library(cls):
+                kids = kids + [("__class__", cls)]
+            node(x, kids, place)
+
+    def shared(x, place) -> bool:
+        first = walked.get(id(x))
+        if first is not None:
+            key.append(("same", first))
+            return True
+        walked[id(x)] = len(key)
+        return False
+
+    def function(fn, place):
+        if not followed(fn):
+            values[place] = fn
+            key.append(("value", (types.FunctionType, fn)))
+            return
+        if shared(fn, place):
+            return
+        found = members(fn)
+        why = impure_read(fn, found)
+        if why:
+            refused.append(why)
+        for name, value in found:
+            if not isinstance(value, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType)):
+                free.append((fn, name))
+        kids = [("defaults", fn.__defaults__), ("kwdefaults", fn.__kwdefaults__)] + found
+        key.append(("function", fn.__code__))
+        for k, child in kids:
+            visit(child, place + (k,))
 
     def node(x, kids, place):
         if not isinstance(x, tuple):
@@ -106,18 +194,71 @@ def flatten(args: tuple) -> Flat:
         for k, child in kids:
             visit(child, place + (k,))
 
-    for i, a in enumerate(args):
+    def _special_children(x):
+        if isinstance(x, type):
+            return None if is_library(x) else class_members(x)
+        if isinstance(x, types.MethodType):
+            return [("__self__", x.__self__), ("__func__", x.__func__)]
+        if isinstance(x, functools.partial):
+            return [("func", x.func), ("args", x.args), ("keywords", x.keywords)]
+        if isinstance(x, (set, frozenset)):
+            try:
+                return [("members", frozenset(x))] if isinstance(x, set) else None
+            except TypeError:
+                return None
+        return None
+
+    for i, a in enumerate(roots):
         visit(a, (i,))
-    return Flat(leaves, places, (tuple(key), settings()), values, containers, held)
+    return Flat(leaves, places, (tuple(key), settings()), values, containers, free,
+                refused[0] if refused else None)
 
 
-def _static(x: Any, held: list):
-    try:
-        hash(x)
-    except TypeError:
-        held.append(x)
-        return ("object", type(x), id(x))
-    return (type(x), x)
+def _slots(x) -> list | None:
+    names = [n for klass in type(x).__mro__ for n in getattr(klass, "__slots__", ())
+             if n not in ("__weakref__", "__dict__")]
+    if not names:
+        return None
+    return [(n, getattr(x, n)) for n in names if hasattr(x, n)]
+
+
+def _not_walkable(x) -> str | None:
+    """Why ``x`` cannot be part of a guard key, or None."""
+    cls = type(x)
+    if hasattr(cls, "__next__"):
+        return (f"an iterator ({cls.__name__}): its position cannot be keyed; draw the batch outside "
+                "and pass the arrays")
+    if isinstance(x, (np.random.RandomState, random.Random)):
+        return f"a {cls.__name__}, whose draws a recording cannot follow; pass a np.random.Generator"
+    if hasattr(cls, "__dlpack__") or hasattr(cls, "__array__") or hasattr(cls, "__cuda_array_interface__"):
+        return (f"a {cls.__module__}.{cls.__name__} array; convert it first (np.asarray(x), or "
+                "np.from_dlpack(x) for a GPU array)")
+    return None
+
+
+def where(place: tuple, roots) -> str:
+    """A position in a call's walk (roots: the arguments, the keywords, the function), in words:
+    ``argument 0's w`` or ``the global `rng` of f``.
+
+    >>> def f(x): return x
+    >>> where((0, "w", 1), [{"w": [0, 1]}, {}, f]), where((1, "lr"), [{}, {"lr": 0.1}, f])
+    ("argument 0's w.1", 'the keyword argument lr')
+    """
+    x, rest = roots[place[0]], place[1:]
+    if place[0] == len(roots) - 1:
+        words = "the function"
+    elif place[0] == len(roots) - 2 and rest:
+        words, x, rest = f"the keyword argument {rest[0]}", x[rest[0]], rest[1:]
+    else:
+        words = f"argument {place[0]}"
+    path = []
+    for k in rest:
+        if isinstance(k, FreeName):
+            words, path = k.describe(x), []
+        elif not isinstance(k, (Member, Base)):
+            path.append(str(k))
+        x = _child(x, k)
+    return f"{words}'s {'.'.join(path)}" if path else words
 
 
 def difference(old: tuple, new: tuple) -> str:
@@ -128,7 +269,7 @@ def difference(old: tuple, new: tuple) -> str:
     'argument leaf 0 changed from array (2,) float64 to array (3,) float64'
     """
     if old[1] != new[1]:
-        return "the process settings (fusion, kernel backend, threads or loop cap) changed"
+        return "the process settings (fusion, kernel backend, threads, loop cap or numpy's error state) changed"
     a, b = old[0], new[0]
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -139,12 +280,18 @@ def difference(old: tuple, new: tuple) -> str:
 def _describe(entry: tuple) -> str:
     kind = entry[0]
     if kind == "array":
-        return f"array {entry[1]} {np.dtype(entry[2])}"
+        layout = "" if entry[4] == np.empty(entry[1], np.dtype(entry[2])).strides else f" strides {entry[4]}"
+        return f"array {entry[1]} {np.dtype(entry[2])}{layout}"
     if kind == "value":
-        value = entry[1]
-        return f"the value {value[1]!r}" if value[0] != "object" else f"a {value[1].__name__} object"
+        if len(entry) == 3:
+            value = struct.unpack("<d", entry[2])[0] if entry[1] is float else entry[2]
+            return f"the value {value!r}"
+        static = entry[1]
+        return f"the value {static[1]!r}"
     if kind == "node":
         return f"a {entry[1].__name__} with keys {list(entry[2])}"
+    if kind == "function":
+        return f"the function {entry[1].co_name}"
     return kind
 
 
@@ -159,6 +306,8 @@ def get(root_args: tuple, place: tuple):
 def _child(x, k):
     if isinstance(x, (list, tuple, dict)):
         return x[k]
+    if isinstance(k, _PLACE_KEYS):
+        return k.read(x)
     return getattr(x, k)
 
 
@@ -172,6 +321,8 @@ def put(root_args, place: tuple, value) -> None:
         put(root_args, place[:-1], tuple(items) if type(parent) is tuple else type(parent)(*items))
     elif isinstance(parent, (list, dict)):
         parent[place[-1]] = value
+    elif isinstance(place[-1], FreeName):
+        place[-1].write(parent, value)
     else:
         try:
             setattr(parent, place[-1], value)

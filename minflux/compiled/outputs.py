@@ -24,6 +24,7 @@ import numpy as np
 from .. import tree
 from ..backend import is_array, to_numpy
 from ..schedule import Traced
+from ..schedule.traced import TracedGenerator
 from . import guard
 
 
@@ -64,6 +65,8 @@ def template(result, outs: list, containers: dict):
                     return _Output(i)
             outs.append(x)
             return _Output(len(outs) - 1)
+        if x.__class__ is TracedGenerator:
+            x = x._value
         place = containers.get(id(x))
         if place is not None:
             return _Argument(place)

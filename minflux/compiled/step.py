@@ -10,8 +10,10 @@ updated in place, attributes such as an optimiser's state rebound), so a trainin
 ordinary code compiles unchanged.
 
 A recording is kept only once the process has settled: while elementwise fusion is still deciding
-what to compile (the first call or two), the recording call's results are used and the next call
-records again, so a replay computes exactly what the eager function computes from then on.
+what to compile (the first ``compile_after`` sightings of an expression), the recording call's results
+are used and the next call records again, so a replay computes what the eager function computes from
+then on. Called under `mf.gradient`, or while another compiled function records, a compiled function
+runs eagerly, so the tape or the outer recording sees each of its operations.
 
 >>> import numpy as np, minflux as mf
 >>> model = {"w": np.array([1.0, -2.0])}
@@ -32,6 +34,8 @@ import functools
 import gc
 import logging
 import os
+import threading
+import types
 import warnings
 from collections import OrderedDict
 from typing import Callable
@@ -39,6 +43,7 @@ from typing import Callable
 import numpy as np
 
 from .._allocator import release_freed_memory
+from ..autograd import active_tape
 from ..pointwise.lazy import fusion_changes
 from ..schedule import NotReplayable, Recording, Replay, Traced
 from . import guard
@@ -49,8 +54,10 @@ __all__ = ["compile", "CompiledStep", "NotReplayable", "ReplayMismatch"]
 log = logging.getLogger(__name__)
 
 _CHECK_ALL = os.environ.get("MINFLUX_COMPILE_CHECK", "").strip() not in ("", "0", "false", "no", "off")
-MAX_SETTLING_CALLS = 8
-"""Calls recorded while fusion is still deciding, after which the next recording is kept anyway."""
+MAX_SETTLING_CALLS = 64
+"""Recordings made while fusion is still deciding, after which the function runs eagerly (with one
+warning) for that guard key rather than record on every call."""
+_recording = threading.local()   # .depth: the compiled functions recording on this thread
 
 
 class _Entry:
@@ -88,10 +95,25 @@ class CompiledStep:
         self.name = getattr(fn, "__qualname__", getattr(fn, "__name__", "function"))
         self._entries: OrderedDict = OrderedDict()
         self._last_key = None
+        self._warned_tape = False
         self.recordings = self.replays = 0
 
-    def __call__(self, *args):
-        flat = guard.flatten(args)
+    def __get__(self, obj, owner=None):
+        """On an instance, the compiled method bound to it (the instance is walked as an argument)."""
+        return self if obj is None else types.MethodType(self, obj)
+
+    def __call__(self, *args, **kwargs):
+        if getattr(_recording, "depth", 0):   # inside another recording: its steps are this call's
+            return self.fn(*args, **kwargs)
+        if active_tape() is not None:
+            if not self._warned_tape:
+                self._warned_tape = True
+                warnings.warn(f"mf.compile({self.name}) runs eagerly under mf.gradient, so that its "
+                              "operations are differentiated; compile the function that takes the "
+                              "gradient to replay it", RuntimeWarning, stacklevel=2)
+            return self.fn(*args, **kwargs)
+        roots = list(args) + [kwargs, self.fn]
+        flat = guard.flatten(roots)
         entry = self._entries.get(flat.key)
         if entry is None:
             entry = self._entries[flat.key] = _Entry()
@@ -100,93 +122,136 @@ class CompiledStep:
         else:
             self._entries.move_to_end(flat.key)
         if entry.eager:
-            return self.fn(*args)
+            return self.fn(*args, **kwargs)
+        if flat.refused is not None:
+            return self._refused(entry, NotReplayable(f"mf.compile({self.name}): {flat.refused}, which "
+                                                      "a recording cannot key; a replay could be stale"),
+                                 args, kwargs)
         if entry.replay is None:
-            return self._record(entry, args, flat)
+            return self._record(entry, roots, flat)
         self.replays += 1
         if self.check:
-            return self._checked(entry, args, flat)
-        return self._replay(entry, args, flat)
+            return self._checked(entry, roots, flat)
+        return self._replay(entry, roots, flat)
+
+    def _refused(self, entry: _Entry, error: NotReplayable, args: tuple, kwargs: dict):
+        if self.fallback == "error":
+            raise error
+        warnings.warn(f"mf.compile({self.name}) runs eagerly for these arguments: {error}",
+                      RuntimeWarning, stacklevel=3)
+        entry.eager = True
+        return self.fn(*args, **kwargs)
+
+    def checked(self, *args, **kwargs):
+        """This one call as with ``check=True``: a replay runs beside the eager function on copies of
+        what it reads and raises `ReplayMismatch` unless both give the same bits (a call that records
+        is not checked: it is the eager function).
+
+        >>> import minflux as mf, numpy as np
+        >>> f = mf.compile(lambda x: mf.tanh(x) * 2.0)
+        >>> f(np.ones(2)).round(3), f.checked(np.ones(2)).round(3)
+        (array([1.523, 1.523]), array([1.523, 1.523]))
+        """
+        before, self.check = self.check, True
+        try:
+            return self(*args, **kwargs)
+        finally:
+            self.check = before
 
     @property
     def buffer_bytes(self) -> int:
         """The memory the replays kept now hold for their intermediate arrays (allocated once each)."""
         return sum(e.replay.buffers.nbytes for e in self._entries.values() if e.replay is not None)
 
-    def schedule(self, *args) -> str | None:
+    def schedule(self, *args, **kwargs) -> str | None:
         """The generated source of the replay for these arguments, or None if not yet recorded."""
-        entry = self._entries.get(guard.flatten(args).key)
+        entry = self._entries.get(guard.flatten(list(args) + [kwargs, self.fn]).key)
         return entry.replay.source if entry is not None and entry.replay is not None else None
 
     # -- replay -------------------------------------------------------------------------------
-    def _replay(self, entry: _Entry, args: tuple, flat: guard.Flat):
+    def _replay(self, entry: _Entry, roots: list, flat: guard.Flat):
         values = entry.replay(flat.leaves)
         outputs = values[:entry.n_outputs]
         for (places, _), value in zip(entry.writes, values[entry.n_outputs:]):
             for place in places:
-                guard.put(args, place, value)
-        return fill(entry.template, outputs, args)
+                guard.put(roots, place, value)
+        return fill(entry.template, outputs, roots)
 
-    def _checked(self, entry: _Entry, args: tuple, flat: guard.Flat):
-        twin = copy.deepcopy(args)
-        expected = self.fn(*twin)
-        got = self._replay(entry, args, flat)
-        compare(expected, got, f"mf.compile({self.name}, check=True): the result")
-        compare(twin, args, f"mf.compile({self.name}, check=True): the arguments after the call")
+    def _checked(self, entry: _Entry, roots: list, flat: guard.Flat):
+        """Replay, and run the eager function beside it on copies of everything it reads (the
+        arguments, and the free variables that hold data, swapped in for the call)."""
+        originals = [name.read(fn) for fn, name in flat.free]
+        twin_roots, twin_free = copy.deepcopy((roots[:-1], originals), _uncopied(flat))
+        for (fn, name), value in zip(flat.free, twin_free):
+            name.write(fn, value)
+        try:
+            expected = self.fn(*twin_roots[:-1], **twin_roots[-1])
+            twin_free = [name.read(fn) for fn, name in flat.free]
+        finally:
+            for (fn, name), value in zip(flat.free, originals):
+                name.write(fn, value)
+        got = self._replay(entry, roots, flat)
+        what = f"mf.compile({self.name}, check=True)"
+        compare(expected, got, f"{what}: the result")
+        compare(twin_roots, roots[:-1], f"{what}: the arguments after the call")
+        compare(twin_free, [name.read(fn) for fn, name in flat.free], f"{what}: the free variables after the call")
         return got
 
     # -- recording ----------------------------------------------------------------------------
-    def _record(self, entry: _Entry, args: tuple, flat: guard.Flat):
+    def _record(self, entry: _Entry, roots: list, flat: guard.Flat):
         # A recording makes a hundred thousand objects that live on (its steps, the replay), which the
         # cyclic collector would walk again and again (a sixth of the call); cycles that become
         # garbage during the call wait for the first collection after it.
         collecting = gc.isenabled()
         gc.disable()
+        _recording.depth = getattr(_recording, "depth", 0) + 1
         try:
-            return self._record_call(entry, args, flat)
+            return self._record_call(entry, roots, flat)
         finally:
+            _recording.depth -= 1
             if collecting:
                 gc.enable()
 
-    def _record_call(self, entry: _Entry, args: tuple, flat: guard.Flat):
+    def _record_call(self, entry: _Entry, roots: list, flat: guard.Flat):
         rec = Recording(self.name)
         traced = [rec.input(leaf) for leaf in flat.leaves]
-        call_args = list(args)   # the arguments' own containers are shared, top-level tuples are not
+        call_args = list(roots)   # the arguments' own containers are shared, top-level tuples are not
         for places, t in zip(flat.places, traced):
             for place in places:
                 guard.put(call_args, place, t)
         saved = _snapshot(flat.leaves) if self.fallback == "eager" else None
         before = fusion_changes()
         try:
-            result = self.fn(*call_args)
+            result = self.fn(*call_args[:-2], **call_args[-2])
             writes = self._restore(call_args, flat, traced)
-            moved = self._moved_values(args, flat)
+            moved = self._moved_values(roots, flat)
             if moved:
                 raise rec.refuse(moved)
             outs: list[Traced] = []
             shape = template(result, outs, flat.containers)
         except NotReplayable as error:
-            self._restore(call_args, flat, traced)
             rec.close()
             if self.fallback == "error":
+                self._restore(call_args, flat, traced)
                 raise
-            _restore_snapshot(flat.leaves, saved)
-            warnings.warn(f"mf.compile({self.name}) runs eagerly for these arguments: {error}",
-                          RuntimeWarning, stacklevel=3)
-            entry.eager = True
-            return self.fn(*args)
+            _undo(call_args, flat, saved)
+            return self._refused(entry, error, tuple(roots[:-2]), roots[-2])
         except BaseException:
             self._restore(call_args, flat, traced)
             rec.close()
             raise
         rec.close()
-        real = fill(shape, [t._value for t in outs], args)
-        settled = fusion_changes() == before
+        real = fill(shape, [t._value for t in outs], roots)
         entry.settling += 1
-        if settled or entry.settling >= MAX_SETTLING_CALLS:
+        if fusion_changes() == before:
             entry.replay = Replay(rec, [t._slot for t in outs] + [slot for _, slot in writes], _planned)
             entry.writes, entry.template, entry.n_outputs = writes, shape, len(outs)
             self._count_recording(flat.key, entry)
+        elif entry.settling >= MAX_SETTLING_CALLS:
+            entry.eager = True
+            warnings.warn(f"mf.compile({self.name}) runs eagerly for these arguments: elementwise fusion "
+                          f"was still deciding what to compile after {entry.settling} recordings",
+                          RuntimeWarning, stacklevel=4)
         return real
 
     def _restore(self, call_args: list, flat: guard.Flat, traced: list) -> list:
@@ -208,18 +273,18 @@ class CompiledStep:
             writes.extend((tuple(p), s) for s, p in by_slot.items())
         return writes
 
-    def _moved_values(self, args: tuple, flat: guard.Flat) -> str | None:
+    def _moved_values(self, roots: list, flat: guard.Flat) -> str | None:
         """Why the call's changes to its arguments could not be replayed, or None."""
-        after = guard.flatten(args)
+        after = guard.flatten(roots)
         for place, old in flat.values.items():
             new = after.values.get(place, _MISSING)
             if new is not old and not _same_value(new, old):
-                where = ".".join(str(k) for k in place[1:]) or "it"
-                return (f"changes argument {place[0]}'s {where} from {old!r} to {new!r}: a value that "
+                return (f"changes {guard.where(place, roots)} from {old!r} to {new!r}: a value that "
                         "changes on every call must be an array (a 0-d array) to be replayable")
         if len(after.key[0]) != len(flat.key[0]) or any(
                 a[0] != b[0] for a, b in zip(after.key[0], flat.key[0])):
-            return "changes the structure of its arguments (adds, removes or replaces containers)"
+            return ("changes the structure of its arguments or of a free variable it reads (adds to, "
+                    "removes from or replaces a container, such as a list in a global or a closure)")
         return None
 
     def _count_recording(self, key, entry: _Entry) -> None:
@@ -245,10 +310,24 @@ def _planned(plan) -> None:
 
 
 def _same_value(a, b) -> bool:
+    if isinstance(a, (float, complex, np.generic)):
+        return type(a) is type(b) and np.asarray(a).tobytes() == np.asarray(b).tobytes()
     try:
         return type(a) is type(b) and bool(a == b)
     except Exception:
         return False
+
+
+def _uncopied(flat: guard.Flat) -> dict:
+    """A deep-copy memo that shares the static values that cannot be copied (a lock, a file): they
+    are keyed by value, so the eager run beside a replay cannot change them."""
+    memo = {}
+    for value in flat.values.values():
+        try:
+            copy.deepcopy(value)
+        except Exception:
+            memo[id(value)] = value
+    return memo
 
 
 def _snapshot(leaves: list) -> list:
@@ -256,12 +335,20 @@ def _snapshot(leaves: list) -> list:
             for leaf in leaves]
 
 
-def _restore_snapshot(leaves: list, saved: list) -> None:
-    for leaf, old in zip(leaves, saved):
+def _undo(call_args: list, flat: guard.Flat, saved: list) -> None:
+    """Leave everything a refused recording touched as it was: each array back in every place it
+    sat, with its old contents, each generator's state, and every other value."""
+    for leaf, old in zip(flat.leaves, saved):
         if isinstance(leaf, np.random.Generator):
             leaf.bit_generator.state = old
-        else:
+        elif leaf.flags.writeable:
             leaf[...] = old
+    restore = [(place, leaf) for places, leaf in zip(flat.places, flat.leaves) for place in places]
+    for place, value in restore + list(flat.values.items()):
+        try:
+            guard.put(call_args, place, value)
+        except (AttributeError, KeyError, IndexError, TypeError):
+            pass   # in a container the function replaced: the place is no longer there
 
 
 def compile(fn: Callable | None = None, *, check: bool | None = None, fallback: str = "error",

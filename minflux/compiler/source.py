@@ -8,6 +8,7 @@ True
 from __future__ import annotations
 
 import ast
+import struct
 import builtins
 import inspect
 import linecache
@@ -100,8 +101,8 @@ def source_node(fn: Callable):
 class Binding:
     """A free name of the scalar function resolved at compile time: ``(owner function, name, value)``.
 
-    The compiled kernel stays valid while every binding resolves to the same value (numbers by value
-    and type, other objects by identity).
+    The compiled kernel stays valid while every binding resolves to the same value (numbers by type
+    and value, floats by their bits, other objects by identity).
     """
 
     fn: Callable
@@ -117,8 +118,10 @@ class Binding:
             now = resolve_free_name(owner, self.name)
         except NameError:
             return False
-        if isinstance(self.value, (bool, int, float)):
-            return type(now) is type(self.value) and (now == self.value or (now != now and self.value != self.value))
+        if isinstance(self.value, float):    # by its bits: 0.0 and -0.0 are two constants, NaN one
+            return type(now) is float and struct.pack("<d", now) == struct.pack("<d", self.value)
+        if isinstance(self.value, (bool, int)):
+            return type(now) is type(self.value) and now == self.value
         return now is self.value
 
 

@@ -62,7 +62,7 @@ _settings = {
 _stats: Counter = Counter()
 _seen: Counter = Counter()
 _SEEN_LIMIT = 4096
-_changes = [0]   # sightings of structures not yet compiled: each may change a later decision
+_changes = [0]   # sightings that ran op by op for want of a kernel: a later sighting fuses instead
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -127,8 +127,9 @@ def fusion_stats(reset: bool = False) -> dict:
 
 
 def fusion_changes() -> int:
-    """How many times fusion has seen a structure it has not compiled yet: while this grows, the
-    same code may fuse differently on its next call (`minflux.compile` records once it stops).
+    """How many times fusion ran a structure op by op that it will compile when it sees it again:
+    while this grows, the same code may fuse differently on its next call (`minflux.compile` keeps
+    a recording once a call leaves it unchanged).
 
     >>> fusion_changes() >= 0
     True
@@ -350,8 +351,8 @@ def _compute(tensor: Tensor, root: Pending) -> None:
         if len(_seen) > _SEEN_LIMIT:
             _seen.clear()
         _seen[fn.key] += 1
-        _changes[0] += 1
-        if _seen[fn.key] < _settings["compile_after"]:
+        if _seen[fn.key] < _settings["compile_after"]:   # a later sighting will decide otherwise
+            _changes[0] += 1
             _op_by_op(order, tensor)
             return
         _stats["kernels_built"] += 1

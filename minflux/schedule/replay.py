@@ -207,7 +207,8 @@ def _expression(x, params: list, reads: list) -> str:
     if cls is list:
         return "[" + ", ".join([_expression(i, params, reads) for i in x]) + "]"
     if cls is dict:
-        return "{" + ", ".join([f"{k!r}: {_expression(v, params, reads)}" for k, v in x.items()]) + "}"
+        return "{" + ", ".join([f"{_expression(k, params, reads)}: {_expression(v, params, reads)}"
+                                for k, v in x.items()]) + "}"
     params.append(x)
     return "$"
 

@@ -156,24 +156,24 @@ def _soft_sign(x, y):
     return x / (1.0 - x) - y
 
 
-def test_a_replayed_kernel_launch_reads_arrays_laid_out_unlike_the_recordings():
-    """The guard holds shapes, not strides: a transposed, a strided and a broadcast argument of the
-    recorded shapes get the launch decided for them, not the one the recording bound."""
-    f = mf.compile(lambda x, y: _soft_sign(x, y) * 2.0)
+def test_each_layout_of_an_argument_records_its_own_schedule_and_replays_to_the_bit():
+    """Strides are in the guard key: a transposed, a strided, a broadcast and a reversed argument of
+    the recorded shapes are recorded for their own layout and replay exactly what eager computes."""
+    def body(x, y):
+        return _soft_sign(x, y) * 2.0
+
+    f = mf.compile(body, warn_after=8)
     rng = np.random.default_rng(3)
     x, y = rng.normal(size=(6, 5)), rng.normal(size=(6, 5))
-
-    def expected(x, y):
-        return np.where(x > 0, x / (1 + x) + y, x / (1 - x) - y) * 2.0
-
-    for _ in range(3):                                            # recorded, then replayed
-        np.testing.assert_allclose(f(x, y), expected(x, y), rtol=1e-15)
     wide = rng.normal(size=(6, 9))
-    for xs, ys in [(np.ascontiguousarray(x.T).T, y), (x, wide[:, 2:7]),
-                   (x, np.broadcast_to(y[:1], (6, 5))), (x[::-1], y[:, ::-1])]:
-        assert xs.shape == ys.shape == (6, 5)
-        np.testing.assert_allclose(f(xs, ys), expected(xs, ys), rtol=1e-15)
-    assert f.recordings == 1 and f.replays == 6
+    layouts = [(x, y), (np.ascontiguousarray(x.T).T, y), (x, wide[:, 2:7]),
+               (x, np.broadcast_to(y[:1], (6, 5))), (x[::-1], y[:, ::-1])]
+    for _ in range(3):
+        for xs, ys in layouts:
+            assert xs.shape == ys.shape == (6, 5)
+            assert f(xs, ys).tobytes() == body(xs, ys).tobytes()
+    np.testing.assert_allclose(f(x, y), np.where(x > 0, x / (1 + x) + y, x / (1 - x) - y) * 2.0, rtol=1e-15)
+    assert f.recordings == len(layouts) and f.replays == 2 * len(layouts) + 1
 
 
 def test_reverse_mode_replays_straight_code_and_refuses_branches_by_name():

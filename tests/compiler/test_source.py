@@ -52,3 +52,14 @@ def test_exec_code_compiles_once_its_text_is_registered():
         np.testing.assert_array_equal(mf.broadcast(namespace["tripled"], np.ones(1)), [3.0])
     finally:
         del linecache.cache[name]
+
+
+def test_a_closure_constant_is_kept_by_its_bits_so_signed_zeros_get_their_own_kernels():
+    def make(z):
+        return lambda x: x / z
+
+    x = np.ones(3)
+    with np.errstate(divide="ignore"):
+        for z in (-0.0, 0.0, -0.0, float("nan"), 0.0):
+            got = mf.broadcast(make(z), x)
+            assert got.tobytes() == (x / z).tobytes()

@@ -1,0 +1,187 @@
+"""What a function reads besides its arguments, as the guard walks it.
+
+A compiled function's result depends on its closure cells, on the module globals its code names
+(the code of the functions and lambdas defined inside it included), and on the same of the user
+functions, classes and methods those lead to. `members` lists them as ``(FreeName, value)`` pairs
+for the guard to walk like arguments: a number there is keyed by its bits, an array becomes an input
+of the recording, a function is followed in turn. Library code (minflux, numpy and the other
+packages below, the standard library) is not followed: its globals are the library's own.
+
+`impure_read` finds what no key can hold: the clock, Python's and numpy's global random state, the
+environment, a Generator made inside the function. Those are refused at the recording.
+
+>>> scale = 2.0
+>>> def f(x):
+...     return x * scale
+>>> [(name.name, value) for name, value in members(f)]
+[('scale', 2.0)]
+"""
+from __future__ import annotations
+
+import functools
+import os
+import random
+import sys
+import types
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..schedule.operation import operation
+
+_LIBRARIES = frozenset({"minflux", "numpy", "numba", "llvmlite", "cupy", "scipy", "h5py", "tqdm",
+                        "threadpoolctl", "mkl", "mpi4py", "torch", "jax", "jaxlib", "_pytest", "pytest",
+                        "pluggy", "builtins"}) | frozenset(sys.stdlib_module_names)
+_OPERATION_CODE = operation(lambda: None).__code__
+"""The wrapper `mf.operation` puts around a function: its body runs again at every replay, on the
+real arrays, so what it reads is never frozen and is not followed."""
+
+_IMPURE_MODULES = {"time": "reads the clock", "datetime": "reads the clock", "random":
+                   "draws from Python's global random state", "secrets": "draws from the system's "
+                   "random source", "uuid": "makes a random identifier"}
+_OS_IMPURE = frozenset({"environ", "getenv", "environb", "getenvb", "urandom", "getrandom", "times"})
+_GENERATOR_CLASSES = frozenset({"Generator", "BitGenerator", "SeedSequence", "PCG64", "PCG64DXSM",
+                                "MT19937", "Philox", "SFC64"})
+_NUMPY_GLOBAL_RANDOM = frozenset(set(np.random.__all__) - _GENERATOR_CLASSES)
+"""numpy.random's functions of its global state, and the constructors of Generators seeded by it."""
+
+
+class FreeName(NamedTuple):
+    """The place of one free variable: ``kind`` is ``"cell"`` (the closure's cell ``index``) or
+    ``"global"`` (the function's module globals), ``name`` the name the code uses."""
+
+    kind: str
+    name: str
+    index: int = -1
+
+    def read(self, fn):
+        if self.kind == "cell":
+            return fn.__closure__[self.index].cell_contents
+        return fn.__globals__[self.name]
+
+    def write(self, fn, value) -> None:
+        if self.kind == "cell":
+            fn.__closure__[self.index].cell_contents = value
+        else:
+            fn.__globals__[self.name] = value
+
+    def describe(self, fn) -> str:
+        qualname = getattr(fn, "__qualname__", "the function")
+        what = "closure variable" if self.kind == "cell" else "global"
+        return f"the {what} `{self.name}` of {qualname}"
+
+
+class Member(NamedTuple):
+    """The place of a function defined in a class: ``name`` in the class's own namespace."""
+
+    name: str
+
+    def read(self, cls):
+        return _function_of(cls.__dict__[self.name])
+
+
+class Base(NamedTuple):
+    """The place of a class's ``index``-th base class."""
+
+    index: int
+
+    def read(self, cls):
+        return cls.__bases__[self.index]
+
+
+def is_library(obj: Any) -> bool:
+    """True for objects of minflux, numpy, the standard library and the other packages not followed.
+
+    >>> import math
+    >>> is_library(math.exp), is_library(is_library), is_library(eval("lambda: 0", {"__name__": "experiment"}))
+    (True, True, False)
+    """
+    module = getattr(obj, "__module__", None)
+    if module is None and isinstance(obj, types.FunctionType):
+        module = obj.__globals__.get("__name__")
+    if not isinstance(module, str):
+        return True
+    return module.split(".", 1)[0] in _LIBRARIES
+
+
+def followed(fn: Any) -> bool:
+    """True for a function whose free variables the guard walks: user code, not an operation."""
+    return isinstance(fn, types.FunctionType) and not is_library(fn) and fn.__code__ is not _OPERATION_CODE
+
+
+@functools.lru_cache(maxsize=4096)
+def _names(code: types.CodeType) -> frozenset:
+    """Every global or attribute name the code (and the code nested in it) mentions."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return frozenset(names)
+
+
+def members(fn: types.FunctionType) -> list:
+    """``(FreeName, value)`` for each closure cell and named global of ``fn`` (see the module docstring)."""
+    out = []
+    closure = fn.__closure__ or ()
+    for index, (name, cell) in enumerate(zip(fn.__code__.co_freevars, closure)):
+        try:
+            out.append((FreeName("cell", name, index), cell.cell_contents))
+        except ValueError:       # a cell not yet filled (a function defined before its variable)
+            continue
+    module_globals = fn.__globals__
+    for name in sorted(_names(fn.__code__)):
+        if name in module_globals:
+            out.append((FreeName("global", name), module_globals[name]))
+    return out
+
+
+def class_members(cls: type) -> list:
+    """``(Member, function)`` for each function defined in ``cls``, and ``(Base, base)`` for each
+    user class it derives from directly."""
+    out = [(Member(name), fn) for name, value in vars(cls).items() if (fn := _function_of(value)) is not None]
+    out += [(Base(i), base) for i, base in enumerate(cls.__bases__) if not is_library(base)]
+    return out
+
+
+def _function_of(value):
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    elif isinstance(value, property):
+        value = value.fget
+    return value if isinstance(value, types.FunctionType) else None
+
+
+def impure_read(fn: types.FunctionType, values: list) -> str | None:
+    """What ``fn`` reads that no guard key can hold, in words, or None."""
+    names = _names(fn.__code__)
+    for place, value in values:
+        if place.kind != "global":
+            continue
+        why = _impure_value(value, names)
+        if why:
+            return f"{why} (`{place.name}` in {fn.__qualname__})"
+    return None
+
+
+def _impure_value(value, names: frozenset) -> str | None:
+    if isinstance(value, types.ModuleType):
+        name = value.__name__
+        if name in _IMPURE_MODULES:
+            return _IMPURE_MODULES[name]
+        if name in ("os", "posix") and names & _OS_IMPURE:
+            return "reads the environment or the system's random source"
+        if (name == "numpy.random" or (name == "numpy" and "random" in names)) and names & _NUMPY_GLOBAL_RANDOM:
+            return ("draws from numpy's global random state or makes a Generator inside the function "
+                    "(pass a np.random.Generator as an argument)")
+        return None
+    if isinstance(getattr(value, "__self__", None), (np.random.RandomState, random.Random)):
+        return "draws from a global random state"
+    module = getattr(value, "__module__", None) or ""
+    if callable(value) and module.split(".", 1)[0] in _IMPURE_MODULES:
+        return _IMPURE_MODULES[module.split(".", 1)[0]]
+    if callable(value) and module.startswith("numpy.random") and getattr(value, "__name__", "") == "default_rng":
+        return "makes a Generator inside the function (pass a np.random.Generator as an argument)"
+    if value is os.environ or (callable(value) and getattr(value, "__name__", "") in ("getenv", "urandom")
+                               and module in ("os", "posix")):
+        return "reads the environment or the system's random source"
+    return None

@@ -15,7 +15,8 @@ safe by accepting one shape only: a straight run of instructions (no jump in it,
 it) ending in ``CALL`` or ``CALL_KW``, cut where the interpreter's own stack effects
 (`dis.stack_effect`) say the arguments and the function begin, so it does not matter on which side of
 the function each release pushes the NULL slot (before it up to 3.12, after it from 3.13), nor how
-instructions are fused (``LOAD_FAST_LOAD_FAST``). The function part must be one name load followed by
+instructions are fused (``LOAD_FAST_LOAD_FAST``); a call specialised in place is read as the call it
+was (3.11's ``PRECALL`` makes the call itself once it has run a few times). The function part must be one name load followed by
 module attribute loads; any other instruction, which is what a new release brings, gives `UNKNOWN`, and
 `UNKNOWN` is a refusal that says so (a TypeError naming ``t.item()``, or numpy's own refusal of a
 ufunc), never a silently lost gradient. The tests run on every Python the project claims that CI has
@@ -56,6 +57,8 @@ def _call_parts(code: types.CodeType, lasti: int):
     walk that steps over either count is code of another shape, and gives None."""
     instructions, index = _instructions(code)
     end = index.get(lasti)
+    if end is not None and instructions[end].opname == "PRECALL" and end + 1 < len(instructions):
+        end += 1  # 3.11 specialises PRECALL to make the call itself once the call has run a few times
     if end is None or instructions[end].opname not in _CALLS:
         return None
     call = instructions[end]

@@ -37,6 +37,16 @@ def test_names_module_attributes_and_local_aliases_resolve():
     assert seen_by(lambda p: math.isclose(p, 1.0, rel_tol=0.5)) is math.isclose
 
 
+def test_a_call_the_interpreter_has_specialised_still_resolves():
+    """After a few runs the interpreter rewrites a call in place (3.11: PRECALL makes the call)."""
+    for _ in range(50):
+        assert seen_by(lambda p: float(p)) is float
+        assert seen_by(lambda p: math.exp(p)) is math.exp
+        assert seen_by(lambda p: np.float64(p)) is np.float64
+        assert seen_by(lambda p: math.isclose(p, 1.0, rel_tol=0.5)) is math.isclose
+        assert seen_by(lambda p: "%f" % p) is UNKNOWN
+
+
 def test_the_call_is_found_among_nested_calls_in_its_arguments():
     assert seen_by(lambda p: max(float(p), abs(-1.0))) is float
     assert seen_by(lambda p: math.hypot(abs(-1.0), float(p), len([1]))) is float

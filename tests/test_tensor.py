@@ -114,11 +114,12 @@ MATH_AND_NUMPY_SCALARS = {
 def test_math_and_numpy_scalars_of_a_tracked_tensor_name_the_minflux_function(operation):
     """They would enter the loss as constants: t * math.exp(t) would get exp(t) as its gradient."""
     f, instead = MATH_AND_NUMPY_SCALARS[operation]
-    with pytest.raises(TypeError) as info:
-        mf.gradient(lambda t: mf.sum(f(t)), np.array(1.5))
-    message = str(info.value)
-    assert message.startswith(operation) and instead in message and __file__ in message
-    assert "float(t) or t.item()" in message and "drops the gradient" in message
+    for _ in range(10):  # the same once the interpreter has specialised the call
+        with pytest.raises(TypeError) as info:
+            mf.gradient(lambda t: mf.sum(f(t)), np.array(1.5))
+        message = str(info.value)
+        assert message.startswith(operation) and instead in message and __file__ in message
+        assert "float(t) or t.item()" in message and "drops the gradient" in message
 
 
 def test_float_int_and_item_read_the_value_and_drop_the_gradient():
@@ -129,8 +130,9 @@ def test_float_int_and_item_read_the_value_and_drop_the_gradient():
         assert float(t) == 3.0 and int(t) == 3 and t.item() == 3.0 and as_float(t) == 3.0
         assert [float(v) for v in mf.reshape(t, (1,))] == [3.0]
         return t * float(t) + t * t.item() + t * int(t) + t * as_float(t + 1)
-    g, = mf.gradient(f, np.array(3.0))
-    assert g == 3.0 + 3.0 + 3.0 + 4.0
+    for _ in range(10):  # every step of a loop, also once the interpreter has specialised the calls
+        g, = mf.gradient(f, np.array(3.0))
+        assert g == 3.0 + 3.0 + 3.0 + 4.0
 
 
 def test_math_and_numpy_scalars_of_an_untracked_tensor_are_plain_reads():

@@ -16,11 +16,12 @@ it) ending in ``CALL`` or ``CALL_KW``, cut where the interpreter's own stack eff
 (`dis.stack_effect`) say the arguments and the function begin, so it does not matter on which side of
 the function each release pushes the NULL slot (before it up to 3.12, after it from 3.13), nor how
 instructions are fused (``LOAD_FAST_LOAD_FAST``); a call specialised in place is read as the call it
-was (3.11's ``PRECALL`` makes the call itself once it has run a few times). The function part must be one name load followed by
-module attribute loads; any other instruction, which is what a new release brings, gives `UNKNOWN`, and
-`UNKNOWN` is a refusal that says so (a TypeError naming ``t.item()``, or numpy's own refusal of a
-ufunc), never a silently lost gradient. The tests run on every Python the project claims that CI has
-(3.11, 3.12 and 3.13), and fail on any other until the reader has been checked there.
+was (3.11's ``PRECALL`` makes the call itself once it has run a few times). The function part must
+be one name load followed by module attribute loads; any other instruction, which is what a new release
+brings, gives `UNKNOWN`, and `UNKNOWN` is a refusal that says so (a TypeError naming ``t.item()``, or
+numpy's own refusal of a ufunc), never a silently lost gradient. The tests run on every Python the
+project claims that CI has (3.11, 3.12 and 3.13), and fail on any other until the reader has been
+checked there.
 """
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """MKL's GEMM for minflux's matrix products, when the ``mkl`` wheel is installed.
 
-At the recurrent models' shapes (a few dozen rows times a weight of a few hundred columns) MKL
-multiplies 1.3-1.75x faster than the OpenBLAS numpy ships (`benchmarks/gemm_providers.py`), and
-`minflux.matrix_product.matmul` hands it every 2-D float32 or float64 product of at least
-``GEMM_MIN_MULTIPLY_ADDS`` whose operands it can read in place (row-major or transposed, any leading
-dimension); everything else goes to numpy.
-``pip install 'minflux[mkl]'`` installs it; ``MINFLUX_GEMM`` chooses: ``auto`` (the default: MKL
-when installed), ``mkl`` (an error when it is not) or ``numpy``.
+MKL multiplies faster than the OpenBLAS numpy ships on some CPUs and slower on others
+(`benchmarks/gemm_providers.py`), so `minflux.matrix_product.matmul` hands it the 2-D float32 or
+float64 products whose operands it can read in place (row-major or transposed, any leading
+dimension) and at whose shapes it measured faster on this machine (`minflux.gemm_choice`);
+everything else goes to numpy. ``pip install 'minflux[mkl]'`` installs it; ``MINFLUX_GEMM``
+chooses: ``auto`` (the default: by measurement when MKL is installed), ``mkl`` (every product MKL
+can read in place; an error when it is not installed) or ``numpy``.
 
 MKL is loaded through its C interface with the sequential threading layer (minflux's own sleeping
 pool splits large products; MKL's OpenMP workers would spin while they wait) and with conditional
@@ -128,5 +128,7 @@ def _load(choice: str):
     return _mkl_gemm(library), "mkl"
 
 
-gemm, provider = _load(os.environ.get("MINFLUX_GEMM", "auto").strip().lower() or "auto")
-"""``gemm(a, b, out) -> bool`` (None when numpy multiplies), and the library's name."""
+choice = os.environ.get("MINFLUX_GEMM", "auto").strip().lower() or "auto"
+gemm, provider = _load(choice)
+"""``gemm(a, b, out) -> bool`` (None when numpy multiplies), and the library's name; with ``auto``
+the shapes it multiplies are chosen by measurement (`minflux.gemm_choice`)."""

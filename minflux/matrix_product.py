@@ -1,8 +1,7 @@
 """The matrix product every minflux operation calls: one place that decides its library and threads.
 
-2-D float products of at least `GEMM_MIN_MULTIPLY_ADDS` go to MKL when its wheel is installed
-(`minflux.gemm_provider`: 1.3-1.75x OpenBLAS at the recurrent models' shapes) and to numpy's
-``matmul`` otherwise.
+2-D float products go to MKL when its wheel is installed and it measured faster than numpy's
+OpenBLAS at their shape on this machine (`minflux.gemm_choice`), and to numpy's ``matmul`` otherwise.
 
 BLAS runs on one thread in a minflux process (`minflux.compiler.threads`): OpenBLAS's own workers
 spin while they wait for the next product, which on a busy machine costs many times the work. A
@@ -24,10 +23,11 @@ import numpy as np
 from .backend import get_array_module
 from .compiler.row_pool import run_rows
 from .compiler.threads import get_num_threads, threads_now
+from .gemm_choice import prefers_gemm
 from .gemm_provider import gemm
 from .schedule import operation
 
-__all__ = ["matmul", "PARALLEL_MIN_MULTIPLY_ADDS", "GEMM_MIN_MULTIPLY_ADDS"]
+__all__ = ["matmul", "PARALLEL_MIN_MULTIPLY_ADDS"]
 
 PARALLEL_MIN_MULTIPLY_ADDS = 1 << 27
 """Products with fewer multiply-adds than this run on one thread. Measured on two idle cores (CPU time
@@ -35,11 +35,6 @@ of the split product against one BLAS call): 50-105 million multiply-adds split 
 1.24-1.28x the CPU, 157-202 million 1.6-1.9x faster for 1.01-1.10x, 20 billion 1.96x faster for 1.01x.
 A default that costs more CPU than one thread is not the fast setting on a busy machine, so only
 products from 2^27 split."""
-
-GEMM_MIN_MULTIPLY_ADDS = 1 << 19
-"""Products with fewer multiply-adds than this go to numpy's ``matmul`` even where MKL is loaded: a call
-into MKL costs about 5 us before any arithmetic (16 x 16 x 16: 5.1 us against numpy's 0.9); measured on
-one core, numpy was faster below 2^19 for every layout and MKL faster from 2^20."""
 
 _BLOCK = 64   # columns (or rows) per unit of work: whole register tiles of the GEMM kernels
 
@@ -76,12 +71,16 @@ def _matmul_2d(a, b, out=None):
     blocks = -(-(n if by_columns else m) // _BLOCK)
     work = m * n * k
     shares = min(get_num_threads(), blocks) if work >= PARALLEL_MIN_MULTIPLY_ADDS else 1
-    if shares == 1 and (gemm is None or work < GEMM_MIN_MULTIPLY_ADDS):
+    dtype = np.result_type(a, b)
+    library = None
+    if gemm is not None and prefers_gemm(m, k, n, dtype, _column_major(a), _column_major(b)):
+        library = gemm
+    if shares == 1 and library is None:
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
     if out is None:
-        out = np.empty((m, n), np.result_type(a, b))
+        out = np.empty((m, n), dtype)
     if shares == 1:
-        _product(a, b, out)
+        _product(library, a, b, out)
         return out
     edges = [blocks * s // shares * _BLOCK for s in range(shares + 1)]
 
@@ -89,14 +88,19 @@ def _matmul_2d(a, b, out=None):
         for s in range(s0, s1):
             part = slice(edges[s], edges[s + 1])
             if by_columns:
-                _product(a, b[:, part], out[:, part])
+                _product(library, a, b[:, part], out[:, part])
             else:
-                _product(a[part], b, out[part])
+                _product(library, a[part], b, out[part])
 
     run_rows(run, 0, shares, threads_now(), ())
     return out
 
 
-def _product(a, b, out) -> None:
-    if gemm is None or not gemm(a, b, out):
+def _column_major(x) -> bool:
+    flags = x.flags
+    return flags.f_contiguous and not flags.c_contiguous
+
+
+def _product(library, a, b, out) -> None:
+    if library is None or not library(a, b, out):
         np.matmul(a, b, out=out)

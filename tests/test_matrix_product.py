@@ -102,15 +102,26 @@ def test_a_product_written_into_a_given_array_has_the_bits_of_a_new_one(a_shape)
     assert_product_close(out, a @ b, a, b)
 
 
-@pytest.mark.parametrize("m, k, n, library", [(16, 16, 16, "numpy"), (64, 64, 127, "numpy"),
-                                              (64, 64, 128, "gemm"), (32, 256, 513, "gemm")])
-def test_products_below_the_gemm_threshold_go_to_numpy(monkeypatch, m, k, n, library):
-    assert (m * k * n < matrix_product.GEMM_MIN_MULTIPLY_ADDS) == (library == "numpy")
+@pytest.mark.parametrize("m, k, n", [(16, 16, 16), (64, 64, 127), (32, 384, 512), (64, 1536, 300)])
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_each_product_goes_to_the_library_its_calibration_chose(monkeypatch, m, k, n, layout):
+    from minflux import gemm_choice
+
+    monkeypatch.setattr(gemm_choice.gemm_provider, "gemm", lambda a, b, out: False)   # stands for MKL
+    monkeypatch.setattr(gemm_choice.gemm_provider, "choice", "auto")
+    monkeypatch.setattr(gemm_choice.gemm_provider, "provider", "mkl")
+    monkeypatch.setattr(gemm_choice, "_decisions", {})
+    winner = "mkl" if m * k * n >= 2**20 else "numpy"
+    rows = [{"shape": [m, k, n, False, layout == "columns"],
+             "seconds": {"numpy": 2.0 if winner == "mkl" else 1.0, "mkl": 1.0 if winner == "mkl" else 2.0}}]
+    monkeypatch.setattr(gemm_choice, "table", lambda dtype: rows)
     calls = []
     monkeypatch.setattr(matrix_product, "gemm", lambda a, b, out: calls.append(a.shape) or False)
     rng = np.random.default_rng(m + n)
-    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = (rng.standard_normal((n, k)).astype(np.float32).T if layout == "columns"
+         else rng.standard_normal((k, n)).astype(np.float32))
     for out in (None, np.empty((m, n), np.float32)):
         got = matrix_product.matmul(a, b, out)
         assert got.tobytes() == np.matmul(a, b).tobytes()   # numpy's bits (the stand-in gemm declines)
-    assert calls == ([] if library == "numpy" else [(m, k)] * 2)
+    assert calls == ([] if winner == "numpy" else [(m, k)] * 2)

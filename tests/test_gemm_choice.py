@@ -1,0 +1,93 @@
+"""The product library chosen by measurement: calibrated once per machine, cached with integrity
+rules, read alike by every process, and pinned by MINFLUX_GEMM."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from minflux import gemm_choice, gemm_provider
+
+INSTALLED = gemm_provider._library_path() is not None
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """An empty cache and no decisions yet, as in a new process on a new machine."""
+    monkeypatch.setenv("MINFLUX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(gemm_choice, "_decisions", {})
+    monkeypatch.setattr(gemm_choice, "_tables", {})
+    return tmp_path
+
+
+def fake_rows(winner: str) -> list:
+    return [{"shape": list(shape), "seconds": {"numpy": 1.0 if winner == "numpy" else 2.0,
+                                                "mkl": 1.0 if winner == "mkl" else 2.0}}
+            for shape in gemm_choice.CALIBRATION_SHAPES]
+
+
+def test_the_faster_library_at_the_nearest_shape_of_the_same_layout_is_chosen():
+    rows = fake_rows("numpy")
+    rows[3]["seconds"] = {"numpy": 2.0, "mkl": 1.0}          # 32 x 512 @ (384 x 512).T: MKL
+    assert gemm_choice.nearest(np.float32, 32, 512, 384, rows, False, True) == "mkl"
+    assert gemm_choice.nearest(np.float32, 32, 512, 384, rows) == "numpy"   # same size, other layout
+    rows[3]["seconds"] = {"numpy": 1.0, "mkl": 0.98}          # within 3%: numpy's bits stay
+    assert gemm_choice.nearest(np.float32, 32, 512, 384, rows, False, True) == "numpy"
+
+
+def test_a_calibration_is_measured_once_then_read_from_the_cache(fresh, monkeypatch):
+    measured = []
+    monkeypatch.setattr(gemm_choice, "calibrate", lambda dtype: measured.append(dtype) or fake_rows("mkl"))
+    assert gemm_choice.table(np.float32) == fake_rows("mkl") and len(measured) == 1
+    (path,) = (fresh / "gemm").iterdir()
+    assert oct(os.stat(fresh / "gemm").st_mode & 0o777) == "0o700"
+    assert json.loads(path.read_text())["machine"] == gemm_choice.machine()
+    monkeypatch.setattr(gemm_choice, "_tables", {})
+    assert gemm_choice.table(np.float32) == fake_rows("mkl") and len(measured) == 1   # read, not measured
+
+
+@pytest.mark.parametrize("damage", ["truncated", "another machine", "writable by others"])
+def test_a_damaged_foreign_or_untrusted_table_is_measured_again(fresh, monkeypatch, damage):
+    monkeypatch.setattr(gemm_choice, "calibrate", lambda dtype: fake_rows("numpy"))
+    gemm_choice.table(np.float32)
+    (path,) = (fresh / "gemm").iterdir()
+    record = json.loads(path.read_text())
+    record["rows"] = fake_rows("mkl")       # what a reader must not take
+    if damage == "another machine":
+        record["machine"]["cpu"] = "another CPU"
+    path.write_text(json.dumps(record)[: 40 if damage == "truncated" else None])
+    if damage == "writable by others":
+        os.chmod(path, 0o666)
+    warnings = []
+    monkeypatch.setattr(gemm_choice, "warn_once", warnings.append)
+    monkeypatch.setattr(gemm_choice, "_tables", {})
+    assert gemm_choice.table(np.float32) == fake_rows("numpy")
+    assert len(warnings) == 1 and "measuring again" in warnings[0]
+
+
+def test_minflux_gemm_pins_the_library(monkeypatch):
+    monkeypatch.setattr(gemm_choice, "_decisions", {})
+    monkeypatch.setattr(gemm_provider, "gemm", lambda a, b, out: False)
+    monkeypatch.setattr(gemm_provider, "choice", "mkl")
+    assert gemm_choice.prefers_gemm(16, 16, 16, np.dtype(np.float32))
+    monkeypatch.setattr(gemm_choice, "_decisions", {})
+    monkeypatch.setattr(gemm_provider, "gemm", None)
+    assert not gemm_choice.prefers_gemm(64, 1536, 2048, np.dtype(np.float32))
+
+
+@pytest.mark.skipif(not INSTALLED, reason="the mkl wheel is not installed")
+def test_processes_on_one_machine_share_one_calibration_and_the_report_shows_it(tmp_path):
+    env = dict(os.environ, MINFLUX_CACHE_DIR=str(tmp_path), MINFLUX_GEMM="auto")
+    probe = ("import numpy as np; from minflux import gemm_choice as g; "
+             "print([g.prefers_gemm(m, k, n, np.dtype(np.float32), ta, tb) "
+             "for m, k, n, ta, tb in g.CALIBRATION_SHAPES])")
+    first, second = (subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                                    check=True).stdout for _ in range(2))
+    assert first == second and first.startswith("[")
+    report = subprocess.run([sys.executable, "-m", "minflux.gemm_report"], env=env, capture_output=True,
+                            text=True, check=True).stdout
+    assert "loaded: mkl" in report and "float32: GFLOP/s on one thread" in report and "-> " in report

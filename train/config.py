@@ -18,6 +18,8 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import key_rules
+
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # the repository's configs/, installed with train
 
 
@@ -93,16 +95,43 @@ class ModelConfig:
 
 @dataclass
 class OptimConfig:
-    """``[optim]``: Adam with global gradient-norm clipping and learning-rate decay on a plateau."""
+    """``[optim]``: Adam with global gradient-norm clipping, a learning-rate schedule and a warm-up."""
 
-    lr: float = bounded(0.002, above=0.0, doc="Adam's initial learning rate")
+    lr: float = bounded(0.002, above=0.0, doc="Adam's initial learning rate (the peak of a schedule)")
     clip_norm: float = bounded(1.0, at_least=0.0, note="0: no clipping",
                                doc="clip the global gradient norm to this value")
+    schedule: str = choice(
+        "plateau", "plateau", "constant", "cosine", "step", "exponential", "one_cycle",
+        doc="how the learning rate changes: divided by `optim.plateau_factor` when validation stops "
+            "improving (plateau), never (constant), a half cosine from `optim.lr` to `optim.min_lr` "
+            "over `optim.decay_steps` (cosine), multiplied by `optim.decay_factor` every "
+            "`optim.decay_every` steps at once (step) or gradually (exponential), or the one-cycle "
+            "policy over `optim.decay_steps` (one_cycle); see docs/training.md")
+    warmup_steps: int = bounded(0, at_least=0, note="0: no warm-up",
+                                doc="raise the rate linearly over the first N steps, from `optim.lr / "
+                                    "(N + 1)` to the schedule's; the schedule starts after them "
+                                    "(not with one_cycle, which warms up itself)")
     plateau_factor: float = bounded(50.0, above=1.0, note="the learning rate is divided by it",
-                                    doc="divide the learning rate by this when validation stops improving")
+                                    doc="plateau: divide the learning rate by this when validation stops "
+                                        "improving")
     plateau_patience: int = bounded(2, at_least=0,
-                                    doc="validations without improvement before the learning rate drops")
-    min_lr: float = bounded(1e-6, at_least=0.0, doc="the learning rate never drops below this")
+                                    doc="plateau: validations without improvement before the learning "
+                                        "rate drops")
+    decay_steps: int = bounded(0, at_least=0, note="0: the run's step limit, less the warm-up",
+                               doc="cosine and one_cycle: steps the schedule spans (fixed when the run "
+                                   "starts; afterwards the rate stays at its last value)")
+    decay_every: int = bounded(1000, at_least=1,
+                               doc="step and exponential: the rate is multiplied by `optim.decay_factor` "
+                                   "every this many steps")
+    decay_factor: float = bounded(0.5, above=0.0,
+                                  doc="step and exponential: the factor, below 1, applied every "
+                                      "`optim.decay_every` steps")
+    one_cycle_rise: float = bounded(0.3, above=0.0,
+                                    doc="one_cycle: the fraction of `optim.decay_steps`, below 1, spent "
+                                        "rising from `optim.lr / 25` to `optim.lr`")
+    min_lr: float = bounded(1e-6, at_least=0.0,
+                            doc="plateau, cosine, step and exponential: the learning rate never drops "
+                                "below this")
 
 
 @dataclass
@@ -133,6 +162,12 @@ class TrainConfig:
     log_every: int = bounded(10, at_least=1,
                              doc="steps between `metrics.jsonl` lines, and progress lines when the output "
                                  "is not a terminal")
+    early_stopping: int = bounded(0, at_least=0, note="0: off",
+                                  doc="stop when this many validations in a row have not improved on the "
+                                      "best (the end record of `metrics.jsonl` says `\"stopped\": "
+                                      "\"early_stopping\"`)")
+    tensorboard: bool = setting(False, "also write TensorBoard event files to `RUN/tensorboard` (needs "
+                                "the tensorboardX package: `pip install 'minflux[tensorboard]'`)")
     slope_annealing: bool = setting(True, "anneal the HM-LSTM boundary slope, `a = min(5, 1 + 0.04 * epoch)`")
     seed: int = setting(0, "seed of the random generators (parameter initialisation, the final sample)")
     compile: bool = setting(True, "replay each step as a recorded schedule (`mf.compile`): the eager "
@@ -301,13 +336,16 @@ def parse_config(text: str, source: str = "<text>") -> Config:
     return _fill(Config, table, source)
 
 
-_DEPENDENT = ("optim.lr", "optim.min_lr", "model.dtype")
+_DEPENDENT = ("optim.lr", "optim.min_lr", "model.dtype", *key_rules.DEPENDENT)
 
 
 def _checked(cfg: Config, source: str) -> Config:
     """``cfg``, once the keys that depend on each other agree (a learning rate the parameters' dtype
-    can hold)."""
+    can hold, no key set where it means nothing: `train.key_rules`)."""
     import numpy as np
+
+    for problem in key_rules.problems(cfg):
+        raise ConfigError(f"{source}: {problem}")
 
     largest = float(np.finfo(cfg.model.dtype).max)
     for key in ("lr", "min_lr"):

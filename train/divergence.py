@@ -85,3 +85,21 @@ def update_if_finite(opt_state, model, grads) -> str | None:
         bad = nonfinite_leaves(grads)
         return describe_nonfinite(bad) if bad else OVERFLOWED
     return None
+
+
+def divergence_advice(optim, rate: float) -> str:
+    """What to change before resuming a diverged run, naming only keys ``--resume`` applies and values
+    that differ from the run's: a tenth of the learning rate of the failing step (``rate``), and
+    clipping where it is off.
+
+    >>> from minflux_train.config import OptimConfig
+    >>> divergence_advice(OptimConfig(lr=0.002, clip_norm=1.0), 0.002)
+    'Try a smaller learning rate, e.g. --set optim.lr=0.0002 (gradient clipping is already on: optim.clip_norm = 1.0).'
+    >>> divergence_advice(OptimConfig(lr=0.002, clip_norm=0.0), 0.002)
+    'Try a smaller learning rate, e.g. --set optim.lr=0.0002, or gradient clipping: --set optim.clip_norm=1.0.'
+    """
+    lr = f"--set optim.lr={min(optim.lr, rate) / 10:.3g}"
+    if optim.clip_norm > 0:
+        return (f"Try a smaller learning rate, e.g. {lr} (gradient clipping is already on: optim.clip_norm "
+                f"= {optim.clip_norm}).")
+    return f"Try a smaller learning rate, e.g. {lr}, or gradient clipping: --set optim.clip_norm=1.0."

@@ -1,10 +1,13 @@
-"""The training loop: truncated BPTT with Adam, validation, plateau decay, checkpoints, resume.
+"""The training loop: truncated BPTT with Adam, validation, learning-rate schedules, early stopping,
+checkpoints, resume.
 
 Every step reads one window of B contiguous streams (see `train.data.batching`), computes the mean
 cross-entropy per character with `minflux.withgradient`, and updates the model with
-``chain(ClipNorm(clip_norm), Adam(lr))``. The recurrent state returned by the model is carried into the
-next window and reset to zeros at the start of each epoch. The HM-LSTM's boundary slope is annealed per
-epoch, ``a = min(5, 1 + 0.04 * epoch)`` (`models.annealed_slope`).
+``chain(ClipNorm(clip_norm), Adam(lr))``, the rate given by `train.lr_schedule` (a rate that changes
+at every step comes to the step as data). The recurrent state returned by the model is carried into
+the next window and reset to zeros at the start of each epoch. The HM-LSTM's boundary slope is
+annealed per epoch, ``a = min(5, 1 + 0.04 * epoch)`` (`models.annealed_slope`). With
+``train.early_stopping = N`` the run stops after N validations in a row without a new best.
 
 Validation records carry the HM-LSTM's boundary statistics (each detector's rate, each layer's FLUSH /
 UPDATE / COPY fractions; `models.BoundaryStats`), the progress bar shows them, and a detector that has
@@ -16,7 +19,8 @@ keeps its recorded end validation and sample instead of computing them again.
 
 Everything a run needs to continue exactly is in its ``latest`` checkpoint: parameters, optimiser
 state, data position (epoch, window), recurrent state, random generator, learning-rate schedule, the
-HM-LSTM's slope, the running means of the next metrics line and the best validation result. Ctrl-C or
+HM-LSTM's slope, the running means of the next metrics line, the best validation result and the
+validations since it. Ctrl-C or
 SIGTERM finish the current step, save, and stop; ``--resume`` then continues as if nothing had happened
 (after a hard kill it continues from the last checkpoint, and the steps after it are recomputed
 identically). A NaN or infinite loss or gradient stops the run before the parameters change, naming
@@ -27,10 +31,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import signal
-import threading
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,19 +40,23 @@ from minflux_models.boundaries import annealed_slope, boundary_rates
 
 from minflux.files import write_atomically
 
+from .board import mirrored
 from .boundary_watch import BoundaryWatch
 from .config import Config, OptimConfig, dump_toml, parse_config
-from .divergence import TrainingDiverged, update_if_finite
+from .divergence import TrainingDiverged, divergence_advice, update_if_finite
 from .eta import EndEstimate
 from .evaluate import Evaluation, evaluate_tokens
+from .lr_schedule import LearningRate
 from .meter import Meter
 from .metrics import MetricsLog
+from .outcome import Outcome, Position
 from .parallel import DataParallel
 from .progress import FILE_ONLY, progress_bar, progress_line
 from .resume import check_resumable
 from .runs import RunDir, RunError, batches, build_model, corpus_for, pick_device, split_tokens
 from .sample import check_prime, generate
-from .step import loss_and_gradients, slope_as_data, training_step, why_not_finite
+from .step import loss_and_gradients, rate_as_data, slope_as_data, training_step, why_not_finite
+from .stop_flag import StopFlag
 from .stopping import Budget
 
 log = logging.getLogger(__name__)
@@ -64,61 +69,6 @@ __all__ = ["Outcome", "Position", "Trainer", "TrainingDiverged", "annealed_slope
 # what a checkpoint's metadata must hold for a run to continue from it
 RESUME_KEYS = ("step", "epoch", "window", "recurrent_state", "rng", "schedule", "best_bpc", "elapsed",
                "vocabulary", "config", "slope")
-
-
-@dataclass
-class Position:
-    """Where training stands: steps taken, and the next window to read."""
-
-    step: int = 0
-    epoch: int = 0
-    window: int = 0
-
-
-@dataclass
-class Outcome:
-    """What `train` returns: why it stopped, the last validation, and the run's files."""
-
-    run: RunDir
-    stopped: str                      # a key of train.stopping.STOP_REASONS
-    position: Position
-    budget: Budget | None = None      # the limits it trained to
-    session_steps: int = 0            # steps taken by this call (0: a resumed run had nothing left)
-    elapsed: float = 0.0              # seconds of training over all sessions of the run
-    valid: Evaluation | None = None
-    best_bpc: float | None = None
-    sample: str = ""
-    history: list = field(default_factory=list)
-    recorded: bool = False            # valid and sample are those the run recorded when it finished
-
-
-class _StopFlag:
-    """Set by SIGINT / SIGTERM; a second Ctrl-C interrupts at once."""
-
-    def __init__(self):
-        self.reason = None
-
-    @contextlib.contextmanager
-    def installed(self):
-        if threading.current_thread() is not threading.main_thread():
-            yield self
-            return
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-
-        def handler(signum, frame):
-            if self.reason is not None and signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            self.reason = signal.Signals(signum).name
-            log.warning("%s received: finishing this step, saving a checkpoint and stopping "
-                        "(Ctrl-C again to abort without saving)", self.reason)
-
-        for s in previous:
-            signal.signal(s, handler)
-        try:
-            yield self
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
 
 
 def optimiser(cfg: OptimConfig, lr: float | None = None) -> mf.optim.Rule:
@@ -161,16 +111,15 @@ class Trainer:
             mf.to_device(build_model(cfg.model, len(self.vocab), self.rng), self.device))
         self.opt_state = mf.optim.setup(optimiser(cfg.optim), self.model)
         self.step = self._new_step()
-        self.schedule = mf.optim.ReduceOnPlateau(lr=cfg.optim.lr, factor=1.0 / cfg.optim.plateau_factor,
-                                                 patience=cfg.optim.plateau_patience,
-                                                 lr_min=cfg.optim.min_lr)
+        self.schedule = LearningRate(cfg.optim, self.budget().steps)
+        self.stale = 0  # validations in a row without a new best (train.early_stopping)
         self.position = Position()
         self.state = None
         self.best_bpc: float | None = None
         self.elapsed = 0.0
         self.meter = Meter()
-        self.metrics = self.parallel.metrics(MetricsLog(run.metrics))
-        self.stop = _StopFlag()
+        self.metrics = self.parallel.metrics(mirrored(MetricsLog(run.metrics), cfg, run, self.parallel.is_main))
+        self.stop = StopFlag()
         self.begun = False
         self.boundary_watch = BoundaryWatch()
         self.hierarchy = ""  # the last validation's boundary summary, for the progress display
@@ -187,7 +136,8 @@ class Trainer:
         return dict(step=p.step, epoch=p.epoch, window=p.window, recurrent_state=recurrent_state,
                     rng=self.rng, schedule=self.schedule.state_dict(), best_bpc=self.best_bpc,
                     elapsed=self.elapsed, vocabulary=self.vocab.to_json(), config=dump_toml(self.cfg),
-                    slope=float(getattr(self.model, "slope", 1.0)), meter=self.meter.state_dict())
+                    slope=float(getattr(self.model, "slope", 1.0)), meter=self.meter.state_dict(),
+                    stale_validations=self.stale)
 
     def save(self, which: str = "latest") -> None:
         state = self.parallel.gather_state(self.state)  # every rank takes part; rank 0 writes
@@ -226,15 +176,19 @@ class Trainer:
         state = meta["recurrent_state"]
         self.state = None if state is None else mf.to_device(self.parallel.local_state(state), self.device)
         self.rng = meta["rng"]
-        self.schedule.load_state_dict(meta["schedule"])
+        try:
+            self.schedule.load_state_dict(meta["schedule"])
+        except ValueError as exc:
+            raise RunError(f"--resume: {exc} ({file})") from None
         self.best_bpc, self.elapsed = meta["best_bpc"], meta["elapsed"]
+        self.stale = meta.get("stale_validations", 0)  # absent in checkpoints of older versions
         if hasattr(self.model, "slope"):
             self.model.slope = meta["slope"]
         if "meter" in meta:  # absent in checkpoints of older versions
             self.meter.load_state_dict(meta["meter"])
         self._apply_changes(changed)
         self.ended = self._end_record(self.position.step)
-        self.metrics.truncate_after(self.position.step)
+        self.metrics.truncate_after(self.position.step, keep_end=self.ended is not None)
         log.info("resumed %s at step %d (epoch %d, window %d of %d)", self.run, self.position.step,
                  self.position.epoch, self.position.window, len(self.batcher))
 
@@ -250,9 +204,8 @@ class Trainer:
         if "optim.lr" in changed or "optim.lr" in self.set_keys:
             log.info("learning rate set to %g on resume (it was %g)", o.lr, self.schedule.lr)
             mf.optim.adjust(self.opt_state, lr=o.lr)
-            self.schedule.lr, self.schedule.bad_steps = o.lr, 0
-        self.schedule.factor = 1.0 / o.plateau_factor
-        self.schedule.patience, self.schedule.lr_min = o.plateau_patience, o.min_lr
+            self.schedule.set_lr(o.lr)
+        self.schedule.resumed_with(o)
         for key in changed:
             log.info("changed on resume: %s", key)
 
@@ -265,8 +218,8 @@ class Trainer:
                  f"from it with --resume") if last else "no checkpoint had been written yet"
         return TrainingDiverged(
             f"training stopped: {what} at step {p.step + 1} (epoch {p.epoch}, window {p.window}); the "
-            f"parameters were not updated and {where}. Try a smaller learning rate "
-            f"(--set optim.lr=...) or gradient clipping (--set optim.clip_norm=1.0).")
+            f"parameters were not updated and {where}. "
+            f"{divergence_advice(self.cfg.optim, self.schedule.rate(p.step))}")
 
     def _new_step(self):
         """`train.step.training_step`, compiled unless ``train.compile = false``; a model whose step
@@ -286,7 +239,9 @@ class Trainer:
         """One step (`train.step`): compiled or eager in one process; over MPI ranks the gradients are
         averaged between the backward pass and the update, so there the step runs eagerly."""
         inputs, targets = mf.to_device((window.inputs, window.targets), self.device)
-        with slope_as_data(self.model) as slope:
+        rate = rate_as_data(self.opt_state, self.schedule.rate(self.position.step)) if self.schedule.per_step \
+            else contextlib.nullcontext()
+        with slope_as_data(self.model) as slope, rate:
             if self.parallel.size == 1:
                 try:
                     loss, self.state, boundaries = self._step_now()(self.model, self.opt_state, self.state,
@@ -316,14 +271,16 @@ class Trainer:
     def _after_validation(self, result: Evaluation) -> None:
         p = self.position
         improved = self.best_bpc is None or result.bpc < self.best_bpc
-        old_lr = self.schedule.lr
-        lr = self.schedule.step(result.bpc)
+        self.stale = 0 if improved else self.stale + 1
+        old_lr = self.last_rate()
         self.metrics.write("valid", step=p.step, epoch=p.epoch, bpc=result.bpc, chars=result.chars,
                            streams=result.streams, lr=old_lr, best=improved, **self._hierarchy(result))
         log.info("step %d: validation %s%s", p.step, result, " (best so far)" if improved else "")
-        if lr != old_lr:
-            mf.optim.adjust(self.opt_state, lr=lr)
-            self.step = self._new_step()  # the old schedules hold the old rate: none is used again
+        lr = self.schedule.validated(result.bpc)
+        if lr is not None:
+            if not self.schedule.per_step:  # else the rate comes to each step as data
+                mf.optim.adjust(self.opt_state, lr=lr)
+                self.step = self._new_step()  # the old schedules hold the old rate: none is used again
             self.metrics.write("lr", step=p.step, lr=lr, previous=old_lr)
             log.info("validation did not improve: learning rate %.3g -> %.3g", old_lr, lr)
         if improved:
@@ -352,7 +309,7 @@ class Trainer:
         """How far this run trains (`train.stopping.Budget`)."""
         t = self.cfg.train
         return Budget.of(epochs=t.epochs, max_steps=t.max_steps, max_minutes=t.max_minutes,
-                         windows_per_epoch=len(self.batcher))
+                         windows_per_epoch=len(self.batcher), early_stopping=t.early_stopping)
 
     def fit(self) -> Outcome:
         """Train until the epochs, ``max_steps`` or ``max_minutes`` run out, or a signal arrives."""
@@ -364,7 +321,7 @@ class Trainer:
         log.info("%s | %s | %s parameters on %s | %d windows of %dx%d per epoch | training %s", self.run,
                  self.corpus.summary(), f"{mf.nn.parameter_count(self.model):,}", self.device,
                  len(self.batcher), t.batch_size, t.seq_len, budget.describe())
-        stopped = budget.stop_reason
+        stopped = "early_stopping" if self.stopped_improving() else budget.stop_reason
         meter = self.meter
         meter.clock_starts()
         session_start = time.perf_counter() - self.elapsed
@@ -372,7 +329,7 @@ class Trainer:
         bar = progress_bar(total=budget.steps, initial=p.step, desc=self.cfg.name, unit="step",
                            disable=None if self.parallel.is_main else True)
         with bar, self.stop.installed():
-            while p.step < budget.steps:
+            while p.step < budget.steps and stopped != "early_stopping":
                 if self.elapsed >= budget.seconds:
                     stopped = "time"
                     break
@@ -408,19 +365,32 @@ class Trainer:
                 if stopping:
                     stopped = "interrupted"
                     break
+                if due and self.stopped_improving():
+                    stopped = "early_stopping"
+                    log.info("step %d: %d validations in a row without improvement (train.early_stopping)",
+                             p.step, self.stale)
         self.save("latest")
         return self._finish(stopped, budget, p.step - first_step)
 
+    def stopped_improving(self) -> bool:
+        """Whether ``train.early_stopping`` validations in a row have not improved on the best."""
+        patience = self.cfg.train.early_stopping
+        return bool(patience) and self.stale >= patience
+
+    def last_rate(self) -> float:
+        """The learning rate of the last step taken (of the first, before any)."""
+        return self.schedule.rate(max(self.position.step - 1, 0))
+
     def _log_training(self, summary: dict, bar, seconds_per_step: float) -> None:
         p = self.position
-        self.metrics.write("train", step=p.step, epoch=p.epoch, **summary, lr=self.schedule.lr,
+        self.metrics.write("train", step=p.step, epoch=p.epoch, **summary, lr=self.last_rate(),
                            slope=float(getattr(self.model, "slope", 1.0)), seconds=self.elapsed)
         z = summary["boundary_rates"]
         bar.set_postfix_str(f"loss {summary['loss']:.3f} bpc {summary['bpc']:.3f} "
                             f"{summary['chars_per_s']:,.0f} char/s"
                             + (f" z {'/'.join(f'{r:.2f}' for r in z)}" if z else "")
                             + (f" | {self.hierarchy}" if self.hierarchy else ""))
-        line = progress_line(p.step, bar.total, p.epoch, summary, self.schedule.lr, self.elapsed,
+        line = progress_line(p.step, bar.total, p.epoch, summary, self.last_rate(), self.elapsed,
                              (bar.total - p.step) * seconds_per_step
                              + self.end_estimate.seconds(seconds_per_step))
         if bar.disable:  # no terminal: the line is the progress report
@@ -471,8 +441,7 @@ class Trainer:
         prime = self.cfg.sample.prime
         text = self.run.sample.read_text(encoding="utf-8").removesuffix("\n")
         outcome.sample = text[len(prime):] if text.startswith(prime) else text
-        outcome.recorded = True
-        self.metrics.write("end", **{k: v for k, v in end.items() if k != "kind"})
+        outcome.recorded = True  # its end record was kept in metrics.jsonl
         return outcome
 
 

@@ -2,7 +2,9 @@
 
 Every record has ``kind`` (``"train"``, ``"valid"``, ``"lr"``, ``"end"``) and ``step``, and there is
 one record per (kind, step): when a run resumes from a checkpoint of step S, the records after S and
-the ``end`` record of S are dropped first (those steps are redone), and a fresh start empties the file.
+the ``end`` record of S are dropped first (those steps are redone; the end record of a run that had
+finished at S stays, so its end validation is kept when the run is trained further), and a fresh
+start empties the file.
 A symbolic link at ``metrics.jsonl`` is followed; anything else that is not a regular file there (a
 FIFO, a folder, a device node) is refused with a `FileWriteError` before training starts, and left
 as it is.
@@ -70,9 +72,11 @@ class MetricsLog:
                 self.skipped += 1
         return records
 
-    def truncate_after(self, step: int) -> None:
-        """Drop the records of steps after ``step`` and the ``end`` record of ``step`` (atomically)."""
-        kept = [r for r in self.read() if r["step"] < step or (r["step"] == step and r["kind"] != "end")]
+    def truncate_after(self, step: int, keep_end: bool = False) -> None:
+        """Drop the records of steps after ``step`` and the ``end`` record of ``step`` (atomically);
+        ``keep_end`` keeps that end record (a finished run trained further: its end validation stands)."""
+        kept = [r for r in self.read()
+                if r["step"] < step or (r["step"] == step and (keep_end or r["kind"] != "end"))]
         if self.skipped:
             log.warning("%s: dropped %d damaged line(s)", self.path, self.skipped)
         write_atomically(self.path, "".join(json.dumps(r) + "\n" for r in kept))

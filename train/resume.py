@@ -17,7 +17,7 @@ RESUMABLE = frozenset({
     "optim.lr", "optim.clip_norm", "optim.plateau_factor", "optim.plateau_patience", "optim.min_lr",
     "train.epochs", "train.max_steps", "train.max_minutes", "train.eval_every", "train.eval_chars",
     "train.final_eval_chars", "train.eval_batch_size", "train.checkpoint_every", "train.log_every",
-    "train.device", "train.compile", "train.compile_check_every",
+    "train.device", "train.compile", "train.compile_check_every", "train.early_stopping", "train.tensorboard",
     "data.cache", "data.cache_dir", "sample.length", "sample.temperature", "sample.prime",
 })
 

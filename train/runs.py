@@ -33,6 +33,7 @@ from minflux.files import kind_of, remove_temporaries, write_atomically
 
 from .config import Config, ConfigError, ModelConfig, TrainConfig, dump_toml, load_config, parse_config
 from .data import StreamBatcher, Vocabulary, load_corpus
+from .key_rules import resets
 from .resume import patched_toml
 
 log = logging.getLogger(__name__)
@@ -212,10 +213,11 @@ def _hmlstm(cfg: ModelConfig, vocab_size: int, **common):
 
     if len(cfg.hidden_sizes) < MIN_LAYERS:
         sizes = ",".join(str(n) for n in cfg.hidden_sizes * MIN_LAYERS)
+        lstm = " ".join(["--set model.kind=lstm", *resets(Config(model=cfg), model_kind="lstm")])
         raise ConfigError(f"model.hidden_sizes = {cfg.hidden_sizes}: an HM-LSTM needs at least {MIN_LAYERS} "
                           f"layers (a boundary detector sits between two layers); give {MIN_LAYERS} or more "
                           f"sizes (e.g. --set model.hidden_sizes=[{sizes}]), or train the LSTM baseline "
-                          f"with --set model.kind=lstm")
+                          f"with {lstm}")
     return minflux_models.HMLSTM(vocab_size, layer_norm=cfg.layer_norm, cell_form=cfg.cell_form,
                                  mode=cfg.mode, init=cfg.init, **common)
 

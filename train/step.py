@@ -19,6 +19,8 @@ gradient raises ``FloatingPointError`` before any parameter changes; `why_not_fi
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import inspect
 import math
 
@@ -99,3 +101,50 @@ def slope_as_data(model):
         yield model.slope
     finally:
         model.slope = number
+
+
+def _with_rate(rule, rate):
+    """A copy of ``rule`` whose ``lr`` fields are ``rate`` (a chain's members copied alike)."""
+    if isinstance(rule, mf.optim.OptimiserChain):
+        return mf.optim.OptimiserChain(tuple(_with_rate(r, rate) for r in rule.rules))
+    if not any(f.name == "lr" for f in dataclasses.fields(rule)):
+        return rule
+    copied = copy.copy(rule)
+    object.__setattr__(copied, "lr", rate)  # a frozen rule; its checks ran on the number it holds
+    return copied
+
+
+@contextlib.contextmanager
+def rate_as_data(opt_state, rate: float):
+    """For the duration of a step, every rule's learning rate as one 0-d array of the optimiser
+    state's dtype (yielded); the rules' own numbers are back afterwards.
+
+    A schedule that changes the rate at every step would otherwise record the compiled step again at
+    every step (a number in a rule is part of its guard key); a 0-d array is data, as in
+    `slope_as_data`.
+
+    >>> import numpy as np
+    >>> state = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0), mf.optim.Adam(0.1)),
+    ...                        {"w": np.zeros(2, np.float32)})
+    >>> with rate_as_data(state, 0.05) as rate:
+    ...     rate, state["w"].rule.rules[-1].lr is rate
+    (array(0.05, dtype=float32), True)
+    >>> state["w"].rule.rules[-1].lr
+    0.1
+    """
+    leaves = [leaf for _, leaf in mf.optim.named_state_leaves(opt_state)]
+    arrays = [a for leaf in leaves for a in mf.tree.leaves(leaf.state, trainable_only=False)
+              if np.dtype(a.dtype).kind == "f"]
+    if not arrays:
+        yield None
+        return
+    value = mf.get_array_module(arrays[0]).asarray(rate, dtype=arrays[0].dtype)
+    rules = [leaf.rule for leaf in leaves]
+    swapped: dict[int, object] = {}  # one copy per rule object, so shared rules stay shared
+    for leaf in leaves:
+        leaf.rule = swapped.setdefault(id(leaf.rule), _with_rate(leaf.rule, value))
+    try:
+        yield value
+    finally:
+        for leaf, rule in zip(leaves, rules):
+            leaf.rule = rule

@@ -19,13 +19,15 @@ STOP_REASONS = {
     "max_steps": "reached the step limit",
     "epochs": "finished its epochs",
     "time": "used up its time budget",
+    "early_stopping": "stopped improving (train.early_stopping)",
     "interrupted": "was interrupted",
 }
 
 
 @dataclass(frozen=True)
 class Budget:
-    """How far a run trains: to step ``steps`` (set by config ``key``), or for ``seconds`` of training.
+    """How far a run trains: to step ``steps`` (set by config ``key``), or for ``seconds`` of training,
+    or until ``patience`` validations in a row have not improved (0: no such limit).
 
     ``seconds`` is ``math.inf`` without a time budget; training time is counted over all sessions.
     """
@@ -34,14 +36,18 @@ class Budget:
     key: str
     seconds: float
     windows_per_epoch: int
+    patience: int = 0
 
     @classmethod
-    def of(cls, *, epochs: int, max_steps: int, max_minutes: float, windows_per_epoch: int) -> "Budget":
-        """The budget the ``train.epochs``, ``train.max_steps`` and ``train.max_minutes`` keys set."""
+    def of(cls, *, epochs: int, max_steps: int, max_minutes: float, windows_per_epoch: int,
+           early_stopping: int = 0) -> "Budget":
+        """The budget the ``train.epochs``, ``train.max_steps``, ``train.max_minutes`` and
+        ``train.early_stopping`` keys set."""
         total = epochs * windows_per_epoch
+        seconds = max_minutes * 60 or math.inf
         if max_steps and max_steps <= total:
-            return cls(max_steps, "train.max_steps", max_minutes * 60 or math.inf, windows_per_epoch)
-        return cls(total, "train.epochs", max_minutes * 60 or math.inf, windows_per_epoch)
+            return cls(max_steps, "train.max_steps", seconds, windows_per_epoch, early_stopping)
+        return cls(total, "train.epochs", seconds, windows_per_epoch, early_stopping)
 
     @property
     def stop_reason(self) -> str:
@@ -62,6 +68,9 @@ class Budget:
         if math.isfinite(self.seconds):
             text += (f" or for {self.seconds / 60:g} min of training (train.max_minutes), whichever comes "
                      "first")
+        if self.patience:
+            text += (f", unless {self.patience} validation{'s' if self.patience > 1 else ''} in a row do "
+                     "not improve (train.early_stopping)")
         return text
 
     def projected_steps(self, step: int, elapsed: float, session_steps: int, session_seconds: float) -> int:
@@ -80,16 +89,23 @@ class Budget:
         return min(self.steps, step + math.ceil(more))
 
 
-def continue_hint(stopped: str, budget: Budget, step: int, elapsed: float, run) -> str:
-    """How to train the stopped run further: which key to raise, as a command to paste.
+def continue_hint(stopped: str, budget: Budget, step: int, elapsed: float, run,
+                  program: str = "python -m train") -> str:
+    """How to train the stopped run further: which key to raise, as a command to paste (``program``
+    is how the training program is started, `train.cli.command_for`).
 
     >>> b = Budget.of(epochs=10, max_steps=1500, max_minutes=0.0, windows_per_epoch=262)
     >>> continue_hint("max_steps", b, 1500, 300.0, "runs/x")
     'to train further, raise train.max_steps: python -m train --out runs/x --resume --set train.max_steps=3000'
+    >>> continue_hint("interrupted", b, 700, 200.0, "runs/x", program="minflux-train")
+    'continue with: minflux-train --out runs/x --resume'
     """
-    resume = f"python -m train --out {run} --resume"
+    resume = f"{program} --out {run} --resume"
     if stopped == "interrupted":
         return f"continue with: {resume}"
+    if stopped == "early_stopping":
+        return (f"to train further, raise train.early_stopping (0: off): {resume} --set "
+                f"train.early_stopping={2 * budget.patience}")
     if stopped == "time":
         minutes = math.ceil(2 * max(budget.seconds, elapsed) / 60)
         return f"to train further, raise train.max_minutes: {resume} --set train.max_minutes={minutes}"
@@ -100,7 +116,7 @@ def continue_hint(stopped: str, budget: Budget, step: int, elapsed: float, run) 
 
 
 def stop_summary(stopped: str, budget: Budget, step: int, epoch: int, session_steps: int, elapsed: float,
-                 run) -> list[str]:
+                 run, program: str = "python -m train") -> list[str]:
     """Lines that say why the run stopped and how to continue it.
 
     A resumed run that had already reached its budget (no step this session) says so, and which
@@ -113,13 +129,18 @@ def stop_summary(stopped: str, budget: Budget, step: int, epoch: int, session_st
     """
     where = f"step {step:,}, epoch {epoch}"
     took = f"{elapsed / 60:.1f} min of training in all"
+    patience = (f"{budget.patience} validation{'s' if budget.patience > 1 else ''} in a row without "
+                f"improvement (train.early_stopping = {budget.patience})")
     if stopped == "interrupted":
         why = f"stopped: the run was interrupted at {where} ({took}); its checkpoint is saved"
     elif session_steps == 0:
         limit = {"time": f"its time budget train.max_minutes = {budget.seconds / 60:g}",
                  "max_steps": f"train.max_steps = {budget.steps:,}",
-                 "epochs": f"train.epochs = {budget.steps // budget.windows_per_epoch}"}[stopped]
+                 "epochs": f"train.epochs = {budget.steps // budget.windows_per_epoch}",
+                 "early_stopping": f"its early stop after {patience}"}[stopped]
         why = f"stopped: nothing to train, the run had already reached {limit} ({where})"
+    elif stopped == "early_stopping":
+        why = f"stopped early: {patience} at {where} ({took}; the step limit was {budget.steps:,})"
     elif stopped == "time":
         why = (f"stopped: used up the time budget train.max_minutes = {budget.seconds / 60:g} at {where} "
                f"({took}; the step limit was {budget.steps:,})")
@@ -128,4 +149,4 @@ def stop_summary(stopped: str, budget: Budget, step: int, epoch: int, session_st
     else:
         why = (f"stopped: finished train.epochs = {budget.steps // budget.windows_per_epoch} at {where} "
                f"({took})")
-    return [why, continue_hint(stopped, budget, step, elapsed, run)]
+    return [why, continue_hint(stopped, budget, step, elapsed, run, program)]

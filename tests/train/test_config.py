@@ -52,7 +52,7 @@ def test_unknown_key_names_the_key_the_file_and_the_allowed_keys(tmp_path):
         load_config(path)
     message = str(info.value)
     assert "'optim.learning_rate'" in message and str(path) in message
-    assert "allowed keys in [optim]: lr, clip_norm, plateau_factor" in message
+    assert "allowed keys in [optim]: lr, clip_norm, schedule, warmup_steps, plateau_factor" in message
 
 
 def test_unknown_section_is_an_error(tmp_path):

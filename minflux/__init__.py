@@ -11,6 +11,7 @@ from .autograd import gradient, no_grad, stop_gradient, withgradient
 from .backend import (DeviceError, default_dtype, get_array_module, gpu_available, is_array,
                       set_default_dtype, to_numpy)
 from .compiled import CompiledStep, ReplayMismatch, compile
+from .runtime import SettingError
 from .schedule import NotReplayable, operation
 from .compiler.compiled import get_elementwise_backend, set_elementwise_backend
 from .compiler.errors import CompileError
@@ -36,13 +37,10 @@ from .pointwise.primitives import (abs, acos, acosh, add, asin, asinh, atan, ata
                                    logical_and, logical_not, logical_or, maximum, minimum, mod, multiply,
                                    negative, not_equal, power, relu, sigmoid, sign, sin, sinh, softplus,
                                    sqrt, subtract, tan, tanh, trunc, where)
-from ._allocator import keep_freed_memory
 from .tensor import Tensor
 from .transfer_guard import HostTransferError, no_host_transfers
 
 _install_operators(Tensor)
-get_num_threads()   # applies MINFLUX_NUM_THREADS to the kernel pool and to BLAS now
-keep_freed_memory()   # freed arrays stay with glibc for the next step (MINFLUX_KEEP_FREED_MEMORY=0: not)
 
 __all__ = [
     "__version__", "abs", "acos", "acosh", "add", "all", "any", "arange", "argmax", "argmin", "asin",
@@ -59,7 +57,7 @@ __all__ = [
     "moveaxis", "mse", "multiply", "negative", "nll", "nn", "no_grad", "no_host_transfers", "norm",
     "not_equal", "NotReplayable", "one_hot", "operation", "ones", "ones_like", "optim", "outer", "pad", "power", "prod", "relu",
     "repeat", "ReplayMismatch", "reshape", "row_masked_matmul", "roll", "round", "rsqrt", "save", "scalar_rule", "set_default_dtype",
-    "set_elementwise_backend", "set_fusion", "set_max_loop_iterations", "set_num_threads", "sigmoid",
+    "set_elementwise_backend", "set_fusion", "SettingError", "set_max_loop_iterations", "set_num_threads", "sigmoid",
     "sign", "silu", "sin", "sinh", "softmax", "softplus", "split", "sqrt", "square", "squeeze", "stack",
     "std", "stop_gradient", "subtract", "sum", "sum_to", "swapaxes", "take", "take_along_axis", "tan",
     "tanh", "Tensor", "tensordot", "tile", "to_device", "to_numpy", "transpose", "tree", "trunc",

@@ -4,7 +4,7 @@ A training step allocates and frees the same sizes of arrays on every call. With
 settings glibc serves arrays from 128 KiB (up to about 32 MiB once it has adapted) with fresh pages
 from the system and gives freed memory at the top of its heap back at once, so every step faults
 all its activations in again: about 6,000 page faults per step of the default experiment's model,
-5-10% of its CPU time. minflux therefore asks glibc, once at import, to serve arrays below
+5-10% of its CPU time. minflux therefore asks glibc, once at its first gradient or recording, to serve arrays below
 `MMAP_THRESHOLD_BYTES` from its heap and to keep up to `TRIM_THRESHOLD_BYTES` of freed memory there;
 the process's memory then stays at its peak between steps rather than returning to the system.
 ``MINFLUX_KEEP_FREED_MEMORY=0`` leaves glibc's defaults; elsewhere (macOS, musl) nothing changes.
@@ -18,9 +18,12 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-import os
 
-__all__ = ["MMAP_THRESHOLD_BYTES", "TRIM_THRESHOLD_BYTES", "keep_freed_memory", "release_freed_memory"]
+from .compiler.threads import get_num_threads
+from .runtime import settings
+
+__all__ = ["MMAP_THRESHOLD_BYTES", "TRIM_THRESHOLD_BYTES", "keep_freed_memory", "prepare_process",
+           "release_freed_memory"]
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +38,21 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters (ma
 @functools.cache
 def keep_freed_memory() -> bool:
     """Apply the settings above once (see the module docstring); True where glibc took them."""
-    setting = os.environ.get("MINFLUX_KEEP_FREED_MEMORY", "1").strip().lower()
-    if setting in ("0", "false", "no", "off"):
+    if not settings.get("keep_freed_memory"):
         return False
     libc = _glibc()
     if libc is None:
         return False
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
         libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+
+
+def prepare_process() -> None:
+    """What minflux sets in its process, applied at its first gradient or recording (importing it
+    changes nothing): the thread budget, BLAS on one thread (`minflux.compiler.threads`) and glibc's
+    keeping of freed memory (above)."""
+    get_num_threads()
+    keep_freed_memory()
 
 
 def release_freed_memory() -> bool:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ._allocator import prepare_process
 from .backend import get_array_module, is_array, scatter_add
 from .product_gradient import ProductGradient
 from .schedule import operation
@@ -440,6 +441,7 @@ def withgradient(f: Callable, *args):
             "mf.gradient was called while another mf.gradient is computing: higher-order derivatives "
             "(a gradient of a gradient) are not supported yet. Compute the inner gradient outside the "
             "outer one, or inside `with mf.no_grad():` if its result is a constant for the outer one.")
+    prepare_process()
     tape = Tape()
     wrapped_leaves: dict[int, tuple] = {}  # id(leaf) -> (leaf, its Tensor): the leaf pins the id
 

@@ -47,6 +47,7 @@ from . import backend
 from . import _flat_buffers as _flat
 from . import tree as _tree
 from .compiler.threads import set_num_threads, usable_cores
+from .runtime import settings
 from .tensor import unwrap
 
 __all__ = ["abort", "allreduce_tree", "barrier", "broadcast_object", "broadcast_tree", "gather_rows",
@@ -79,18 +80,11 @@ _world: _World | None = None
 
 
 def _launched_by_mpi() -> bool:
-    return any(v in os.environ for v in LAUNCHER_VARIABLES) or os.environ.get("MINFLUX_MPI") == "1"
+    return any(v in os.environ for v in LAUNCHER_VARIABLES) or settings.get("mpi")
 
 
 def _timeout_from_environment() -> float | None:
-    text = os.environ.get("MINFLUX_COLLECTIVE_TIMEOUT", "").strip()
-    if not text:
-        return DEFAULT_TIMEOUT
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise ValueError(f"MINFLUX_COLLECTIVE_TIMEOUT={text!r} is not a number of seconds") from None
-    return None if seconds <= 0 else seconds
+    return settings.get("collective_timeout")
 
 
 def init(timeout: float | None | str = "environment") -> None:
@@ -131,7 +125,7 @@ def init(timeout: float | None | str = "environment") -> None:
 
 
 def _share_cores(world: _World) -> None:
-    if os.environ.get("MINFLUX_NUM_THREADS", "").strip():
+    if settings.chosen("num_threads"):
         return
     set_num_threads(max(1, usable_cores() // world.local_size))
 

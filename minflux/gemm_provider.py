@@ -15,21 +15,21 @@ depend on where its arrays happen to lie in memory: an eager step and its compil
 arrays lie elsewhere, agree to the bit.
 
 >>> import numpy as np
+>>> from minflux import gemm_provider
 >>> a, b = np.arange(6.0).reshape(2, 3), np.ones((3, 2))
 >>> out = np.empty((2, 2))
->>> gemm is None or gemm(a, b, out)
+>>> gemm_provider.gemm is None or gemm_provider.gemm(a, b, out)
 True
->>> gemm is None or out.tolist() == [[3.0, 3.0], [12.0, 12.0]]
+>>> gemm_provider.gemm is None or out.tolist() == [[3.0, 3.0], [12.0, 12.0]]
 True
 """
 from __future__ import annotations
 
 import ctypes
-import os
-
 import numpy as np
 
 from .compiler.pointers import pointers
+from .runtime import settings
 
 __all__ = ["gemm", "provider"]
 
@@ -128,7 +128,14 @@ def _load(choice: str):
     return _mkl_gemm(library), "mkl"
 
 
-choice = os.environ.get("MINFLUX_GEMM", "auto").strip().lower() or "auto"
-gemm, provider = _load(choice)
-"""``gemm(a, b, out) -> bool`` (None when numpy multiplies), and the library's name; with ``auto``
-the shapes it multiplies are chosen by measurement (`minflux.gemm_choice`)."""
+def __getattr__(name: str):
+    """``gemm(a, b, out) -> bool`` (None when numpy multiplies), ``provider`` (the library's name) and
+    ``choice`` (``MINFLUX_GEMM``), loaded at their first use: importing minflux loads no library and
+    sets up none. With ``auto`` the shapes MKL multiplies are chosen by measurement
+    (`minflux.gemm_choice`)."""
+    if name not in ("gemm", "provider", "choice"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    chosen = settings.get("gemm")
+    found, library = _load(chosen)
+    globals().update(gemm=found, provider=library, choice=chosen)
+    return globals()[name]

@@ -23,8 +23,8 @@ import numpy as np
 from .backend import get_array_module
 from .compiler.row_pool import run_rows
 from .compiler.threads import get_num_threads, threads_now
+from . import gemm_provider
 from .gemm_choice import prefers_gemm
-from .gemm_provider import gemm
 from .schedule import operation
 
 __all__ = ["matmul", "PARALLEL_MIN_MULTIPLY_ADDS"]
@@ -70,11 +70,12 @@ def _matmul_2d(a, b, out=None):
     by_columns = n >= m
     blocks = -(-(n if by_columns else m) // _BLOCK)
     work = m * n * k
-    shares = min(get_num_threads(), blocks) if work >= PARALLEL_MIN_MULTIPLY_ADDS else 1
+    budget = get_num_threads()      # also sets BLAS to one thread at minflux's first product
+    shares = min(budget, blocks) if work >= PARALLEL_MIN_MULTIPLY_ADDS else 1
     dtype = np.result_type(a, b)
-    library = None
-    if gemm is not None and prefers_gemm(m, k, n, dtype, _column_major(a), _column_major(b)):
-        library = gemm
+    library = gemm_provider.gemm
+    if library is not None and not prefers_gemm(m, k, n, dtype, _column_major(a), _column_major(b)):
+        library = None
     if shares == 1 and library is None:
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
     if out is None:

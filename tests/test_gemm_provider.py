@@ -113,7 +113,7 @@ def test_minflux_gemm_chooses_the_library(setting, expected):
 def test_an_unknown_library_is_one_clear_error():
     done = provider_in_a_child("openblas")
     assert done.returncode != 0
-    assert "MINFLUX_GEMM='openblas' is not one of auto, mkl, numpy" in done.stderr.strip().splitlines()[-1]
+    assert "MINFLUX_GEMM='openblas' is not valid: it accepts auto, mkl or numpy" in done.stderr.strip().splitlines()[-1]
 
 
 def test_asking_for_mkl_without_the_wheel_names_the_fix(monkeypatch):

@@ -16,6 +16,7 @@ PACKAGE = REPO / "minflux"
 COMPILER = "minflux.compiler"
 COMPILER_MAY_IMPORT = {"minflux.backend", "minflux.files", "minflux._version", "minflux.schedule"}
 SCHEDULE = "minflux.schedule"   # recorded schedules: below the compiler, importing nothing of minflux
+RUNTIME = "minflux.runtime"     # the process's settings: below the compiler, importing nothing of minflux
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -119,7 +120,15 @@ def test_no_import_cycles_inside_minflux():
 def test_the_compiler_imports_only_itself_backend_files_and_version():
     graph = import_graph()
     upward = {(m, t) for m, targets in graph.items() if m.startswith(COMPILER)
-              for t in targets if not t.startswith((COMPILER, SCHEDULE)) and t not in COMPILER_MAY_IMPORT}
+              for t in targets if not t.startswith((COMPILER, SCHEDULE, RUNTIME)) and t not in COMPILER_MAY_IMPORT}
+    assert upward == set()
+
+
+def test_the_runtime_imports_nothing_else_of_minflux():
+    graph = import_graph()
+    assert {m for m in graph if m.startswith(RUNTIME)} >= {RUNTIME, RUNTIME + ".settings"}
+    upward = {(m, t) for m, targets in graph.items() if m.startswith(RUNTIME)
+              for t in targets if not t.startswith(RUNTIME)}
     assert upward == set()
 
 

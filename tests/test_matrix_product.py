@@ -6,14 +6,14 @@ import pytest
 
 import minflux as mf
 from minflux import matrix_product
-from minflux.compiler import threads
+from minflux.runtime import settings
 from minflux.testing import assert_product_close
 
 
 @pytest.fixture
 def split_everything(monkeypatch):
     monkeypatch.setattr(matrix_product, "PARALLEL_MIN_MULTIPLY_ADDS", 0)
-    monkeypatch.setattr(threads, "_setting", 3)
+    monkeypatch.setitem(settings._set, "num_threads", 3)
     monkeypatch.setattr(matrix_product, "threads_now", lambda: 3)   # as if three cores were idle
 
 
@@ -107,7 +107,6 @@ def test_a_product_written_into_a_given_array_has_the_bits_of_a_new_one(a_shape)
 def test_each_product_goes_to_the_library_its_calibration_chose(monkeypatch, m, k, n, layout):
     from minflux import gemm_choice
 
-    monkeypatch.setattr(gemm_choice.gemm_provider, "gemm", lambda a, b, out: False)   # stands for MKL
     monkeypatch.setattr(gemm_choice.gemm_provider, "choice", "auto")
     monkeypatch.setattr(gemm_choice.gemm_provider, "provider", "mkl")
     monkeypatch.setattr(gemm_choice, "_decisions", {})
@@ -116,7 +115,7 @@ def test_each_product_goes_to_the_library_its_calibration_chose(monkeypatch, m, 
              "seconds": {"numpy": 2.0 if winner == "mkl" else 1.0, "mkl": 1.0 if winner == "mkl" else 2.0}}]
     monkeypatch.setattr(gemm_choice, "table", lambda dtype: rows)
     calls = []
-    monkeypatch.setattr(matrix_product, "gemm", lambda a, b, out: calls.append(a.shape) or False)
+    monkeypatch.setattr(gemm_choice.gemm_provider, "gemm", lambda a, b, out: calls.append(a.shape) or False)
     rng = np.random.default_rng(m + n)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = (rng.standard_normal((n, k)).astype(np.float32).T if layout == "columns"

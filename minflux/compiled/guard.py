@@ -28,10 +28,8 @@ import numpy as np
 
 from .. import tree
 from ..backend import default_dtype, is_array, is_cupy_array
-from ..compiler.compiled import get_elementwise_backend
-from ..compiler.loop_limit import get_max_loop_iterations
-from ..compiler.threads import get_num_threads
 from ..pointwise.lazy import set_fusion
+from ..runtime import settings as runtime_settings
 from ..tensor import Tensor
 from .free_variables import Base, FreeName, Member, class_members, followed, impure_read, is_library, members
 
@@ -42,10 +40,10 @@ _PLACE_KEYS = (FreeName, Member, Base)
 
 
 def settings() -> tuple:
-    """The process settings a recording depends on."""
-    fusion = set_fusion()
-    return (tuple(sorted(fusion.items())), get_elementwise_backend(), get_num_threads(),
-            get_max_loop_iterations(), default_dtype().str, tuple(sorted(np.geterr().items())))
+    """The process settings a recording depends on: every recorded row of `minflux.runtime.settings`,
+    fusion's thresholds, the default dtype and numpy's error state."""
+    return (runtime_settings.snapshot(), tuple(sorted(set_fusion().items())), default_dtype().str,
+            tuple(sorted(np.geterr().items())))
 
 
 class Flat(NamedTuple):
@@ -269,7 +267,7 @@ def difference(old: tuple, new: tuple) -> str:
     'argument leaf 0 changed from array (2,) float64 to array (3,) float64'
     """
     if old[1] != new[1]:
-        return "the process settings (fusion, kernel backend, threads, loop cap or numpy's error state) changed"
+        return "the process settings (minflux.runtime.settings, fusion or numpy's error state) changed"
     a, b = old[0], new[0]
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:

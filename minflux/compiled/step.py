@@ -42,8 +42,9 @@ from typing import Callable
 
 import numpy as np
 
-from .._allocator import release_freed_memory
+from .._allocator import prepare_process, release_freed_memory
 from ..autograd import active_tape
+from ..runtime import settings
 from ..pointwise.lazy import fusion_changes
 from ..schedule import NotReplayable, Recording, Replay, Traced
 from . import guard
@@ -53,7 +54,6 @@ __all__ = ["compile", "CompiledStep", "NotReplayable", "ReplayMismatch"]
 
 log = logging.getLogger(__name__)
 
-_CHECK_ALL = os.environ.get("MINFLUX_COMPILE_CHECK", "").strip() not in ("", "0", "false", "no", "off")
 MAX_SETTLING_CALLS = 64
 """Recordings made while fusion is still deciding, after which the function runs eagerly (with one
 warning) for that guard key rather than record on every call."""
@@ -90,7 +90,8 @@ class CompiledStep:
         if max_entries < 1 or warn_after < 1:
             raise ValueError("mf.compile: max_entries and warn_after must be positive")
         functools.update_wrapper(self, fn)
-        self.fn, self.check, self.fallback = fn, _CHECK_ALL if check is None else bool(check), fallback
+        self.fn, self.fallback = fn, fallback
+        self.check = settings.get("compile_check") if check is None else bool(check)
         self.max_entries, self.warn_after = max_entries, warn_after
         self.name = getattr(fn, "__qualname__", getattr(fn, "__name__", "function"))
         self._entries: OrderedDict = OrderedDict()
@@ -202,6 +203,7 @@ class CompiledStep:
         # A recording makes a hundred thousand objects that live on (its steps, the replay), which the
         # cyclic collector would walk again and again (a sixth of the call); cycles that become
         # garbage during the call wait for the first collection after it.
+        prepare_process()
         collecting = gc.isenabled()
         gc.disable()
         _recording.depth = getattr(_recording, "depth", 0) + 1

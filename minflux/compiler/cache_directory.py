@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from ..files import remove_temporaries
+from ..runtime import settings
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +35,9 @@ def cache_dir() -> Path:
     >>> str(cache_dir()).endswith("minflux") or "MINFLUX_CACHE_DIR" in os.environ
     True
     """
-    env = os.environ.get("MINFLUX_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
+    chosen = settings.get("cache_dir")
+    if chosen:
+        return Path(chosen)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "minflux"
 

@@ -20,12 +20,12 @@ of tapes or Tensors.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Callable
 
 import numpy as np
 
 from ..backend import get_array_module
+from ..runtime import settings
 from ..schedule.operation import operation
 from .adjoint import adjoint, supports_adjoint
 from .arguments import prepare
@@ -46,7 +46,6 @@ __all__ = ["KERNEL_MODES", "CompiledFunction", "compiled", "get_elementwise_back
 _BACKENDS = ("numba", "numpy")
 _LAUNCHERS_LIMIT = 1024   # launchers kept per function (one per argument layout and shape)
 KERNEL_MODES = ("auto", "mixed", "adjoint")   # how a kernel computes its partials
-_backend = os.environ.get("MINFLUX_ELEMENTWISE", "numba").strip().lower() or "numba"
 
 
 def set_elementwise_backend(name: str) -> None:
@@ -59,11 +58,10 @@ def set_elementwise_backend(name: str) -> None:
     'numpy'
     >>> mf.set_elementwise_backend("numba")
     """
-    global _backend
     if name not in _BACKENDS:
         raise ValueError(f"unknown elementwise backend {name!r}; choose one of {_BACKENDS} "
                          "(or set MINFLUX_ELEMENTWISE)")
-    _backend = name
+    settings.set("elementwise_backend", name)
 
 
 def get_elementwise_backend() -> str:
@@ -73,9 +71,7 @@ def get_elementwise_backend() -> str:
     >>> mf.get_elementwise_backend() in ("numba", "numpy")
     True
     """
-    if _backend not in _BACKENDS:
-        raise ValueError(f"MINFLUX_ELEMENTWISE={_backend!r} is not a backend; use one of {_BACKENDS}")
-    return _backend
+    return settings.get("elementwise_backend")
 
 
 class CompiledFunction:
@@ -171,10 +167,10 @@ class CompiledFunction:
         from . import numba_backend  # numba is imported on the first kernel, not with minflux
 
         layout = plan(arrays, shape)
-        key = (id(dual), float_dtype, layout, shape, numba_backend.BRANCHES)
+        key = (id(dual), float_dtype, layout, shape, settings.get("numba_branches"))
         hit = self.launchers.get(key)
         if hit is None or hit[0] is not dual:
-            kernel_key = ("numba", id(dual), float_dtype, layout.patterns, numba_backend.BRANCHES)
+            kernel_key = ("numba", id(dual), float_dtype, layout.patterns, settings.get("numba_branches"))
             built = self.kernels.get(kernel_key)
             if built is None or built[0] is not dual:
                 built = self.kernels[kernel_key] = (

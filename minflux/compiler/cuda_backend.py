@@ -27,19 +27,18 @@ static __device__ __forceinline__ void minflux_f_...(float in0, float *out0, flo
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import threading
 
 import numpy as np
 
+from ..runtime import settings
 from .cuda_codegen import HELPERS, CKernel, generate
 from .dtypes import kind_dtype
 from .ir import format_function
 
 __all__ = ["build_kernel", "get_fast_math", "kernel_source", "launch", "set_fast_math"]
 
-_fast_math = os.environ.get("MINFLUX_CUDA_FAST_MATH", "0").strip().lower() in ("1", "true", "yes")
 _lock = threading.Lock()
 
 
@@ -50,8 +49,7 @@ def set_fast_math(enabled: bool) -> None:
     True
     >>> set_fast_math(False)
     """
-    global _fast_math
-    _fast_math = bool(enabled)
+    settings.set("cuda_fast_math", bool(enabled))
 
 
 def get_fast_math() -> bool:
@@ -60,7 +58,7 @@ def get_fast_math() -> bool:
     >>> isinstance(get_fast_math(), bool)
     True
     """
-    return _fast_math
+    return settings.get("cuda_fast_math")
 
 
 def _kernel_name(fn, float_type: str, fast: bool) -> str:
@@ -75,7 +73,7 @@ def kernel_source(dual, float_type: str, fast_math: bool | None = None) -> CKern
     Its outputs are the primal outputs followed by the partials of ``dual.slots``.
     """
     fn = getattr(dual, "function", dual)
-    fast = _fast_math if fast_math is None else fast_math
+    fast = settings.get("cuda_fast_math") if fast_math is None else fast_math
     float_type = np.dtype(float_type).name
     return generate(fn, float_type, name=_kernel_name(fn, float_type, fast), fast_math=fast)
 

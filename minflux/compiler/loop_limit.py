@@ -28,21 +28,11 @@ from __future__ import annotations
 import numpy as np
 
 from .ir import Const, Return, breaks_out, returns
-from .settings import positive_int_from_environment
+from ..runtime import settings
 
 __all__ = ["LoopLimitError", "capped_exit", "get_max_loop_iterations", "set_max_loop_iterations"]
 
-DEFAULT = 100_000
 FLAG = "loop_capped"  # the IR variable holding 0, or 1 + the index of the loop that hit the cap
-_ENV = "MINFLUX_MAX_LOOP_ITERATIONS"
-
-
-def _from_environment() -> int:
-    return positive_int_from_environment(_ENV, DEFAULT, "the most iterations a while loop of a scalar "
-                                         "function may run, e.g. 100000")
-
-
-_limit: int | None = None
 
 
 class LoopLimitError(RuntimeError):
@@ -66,10 +56,7 @@ def get_max_loop_iterations() -> int:
     >>> mf.get_max_loop_iterations() >= 1
     True
     """
-    global _limit
-    if _limit is None:
-        _limit = _from_environment()
-    return _limit
+    return settings.get("max_loop_iterations")
 
 
 def set_max_loop_iterations(n: int) -> None:
@@ -81,10 +68,9 @@ def set_max_loop_iterations(n: int) -> None:
     1000
     >>> mf.set_max_loop_iterations(before)
     """
-    global _limit
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"the loop iteration cap must be a positive integer, got {n!r}")
-    _limit = int(n)
+    settings.set("max_loop_iterations", int(n))
 
 
 def check_loop_flags(flags, sites: list, name: str, limit: int) -> None:
@@ -105,7 +91,7 @@ def check_loop_flags(flags, sites: list, name: str, limit: int) -> None:
     raise LoopLimitError(
         f"the while loop in {where} ran more than {limit} iterations on {hit.size} of {flags.size} "
         f"element(s) and was stopped. If it never ends, fix its condition; if it needs more "
-        f"iterations, raise the cap with mf.set_max_loop_iterations(n) or {_ENV}.", loc, function)
+        f"iterations, raise the cap with mf.set_max_loop_iterations(n) or MINFLUX_MAX_LOOP_ITERATIONS.", loc, function)
 
 
 def capped_exit(cond, body: list, loc) -> list:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import math
-import os
 import shutil
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from ..files import write_atomically
+from ..runtime import settings
 from . import kernel_cache
 from .cache_directory import kernel_directory
 from .dtypes import kind_dtype
@@ -51,7 +51,6 @@ from .row_pool import run_rows
 from .rules import TABLE
 from .threads import threads_now
 
-BRANCHES = os.environ.get("MINFLUX_NUMBA_BRANCHES", "auto")  # "auto" | "select" | "real"
 PARALLEL_MIN_ELEMENTS = 1 << 17   # below it a second thread costs more CPU than it saves time (measured)
 
 # the IR's pseudo-ops; every table primitive is spelled on its row (`minflux.compiler.rules`)
@@ -211,7 +210,7 @@ def _straight_line(fn: Function) -> bool:
 
 
 def _prepare(fn: Function) -> Function:
-    mode = BRANCHES
+    mode = settings.get("numba_branches")
     if mode == "select" or (mode == "auto" and not has_loops(fn.body)):
         if not has_loops(fn.body):
             return if_convert(fn)

@@ -1,6 +1,6 @@
 """minflux's thread budget: one number sizes the pool that large kernels and products share.
 
-``MINFLUX_NUM_THREADS`` (read when minflux is imported; default: the cores this process may use), or
+``MINFLUX_NUM_THREADS`` (`minflux.runtime.settings`; default: the cores this process may use), or
 `set_num_threads` at run time, is how many threads a large kernel or matrix product may split over.
 Whether one does is decided per call from its size: small work runs on the calling thread, where
 handing it out would cost more than it saves. Large work splits over the budget's threads only as far
@@ -8,12 +8,13 @@ as the machine has idle cores (`threads_now`): on a machine busy with other work
 would wait for a core and add its hand-over costs for nothing. The pool's workers sleep while they
 wait (`minflux.compiler.row_pool`), so the budget costs no CPU between calls.
 
-Every BLAS library loaded in the process runs on one thread (through `threadpoolctl` when it is
-installed, or OpenBLAS's own ``openblas_set_num_threads`` otherwise): OpenBLAS's workers spin
-between products, and on a busy machine two spinning pools made a training step cost many times the
-CPU of one thread. minflux's products split themselves over its pool instead
-(`minflux.matrix_product`). Code outside minflux that wants a threaded BLAS in the same process
-can raise the limit with ``threadpoolctl.threadpool_limits``.
+Once minflux first computes (a product, a gradient, a compiled step; importing it changes nothing),
+every BLAS library loaded in the process runs on one thread (through `threadpoolctl`), unless the
+user chose BLAS's threads in ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` or
+``BLIS_NUM_THREADS``: OpenBLAS's workers spin between products, and on a busy machine two spinning
+pools made a training step cost many times the CPU of one thread. minflux's products split
+themselves over its pool instead (`minflux.matrix_product`). Code outside minflux that wants a
+threaded BLAS in the same process can raise the limit with ``threadpoolctl.threadpool_limits``.
 
 >>> import minflux as mf
 >>> n = mf.get_num_threads()
@@ -23,18 +24,14 @@ can raise the limit with ``threadpoolctl.threadpool_limits``.
 """
 from __future__ import annotations
 
-import ctypes
-import logging
 import os
 import time
 
-from .settings import positive_int_from_environment
+from ..runtime import settings
 
 __all__ = ["blas_threads", "get_num_threads", "set_num_threads", "threads_now", "usable_cores"]
 
-log = logging.getLogger(__name__)
-
-_setting: int | None = None
+_blas_limited = False
 
 
 def usable_cores() -> int:
@@ -44,11 +41,6 @@ def usable_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def _from_environment() -> int:
-    return positive_int_from_environment("MINFLUX_NUM_THREADS", usable_cores(),
-                                         "the number of threads minflux may use")
-
-
 def get_num_threads() -> int:
     """The threads one large kernel or matrix product may split over.
 
@@ -56,10 +48,9 @@ def get_num_threads() -> int:
     >>> mf.get_num_threads() >= 1
     True
     """
-    global _setting
-    if _setting is None:
-        set_num_threads(_from_environment())
-    return _setting
+    if not _blas_limited:
+        _limit_blas_once()
+    return settings.get("num_threads")
 
 
 def set_num_threads(n: int) -> None:
@@ -71,10 +62,15 @@ def set_num_threads(n: int) -> None:
     2
     >>> mf.set_num_threads(before)
     """
-    global _setting
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"set_num_threads needs a whole number of threads >= 1, got {n!r}")
-    _setting = n
+    settings.set("num_threads", n)
+    _limit_blas_once()
+
+
+def _limit_blas_once() -> None:
+    global _blas_limited
+    _blas_limited = True
     _limit_blas(1)
 
 
@@ -121,54 +117,27 @@ def threads_now() -> int:
     return max(1, min(budget, free))
 
 
+BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+"""Where a user who set one of these chose BLAS's threads, minflux leaves them as they are."""
+
+
 def _limit_blas(n: int) -> None:
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        _limit_openblas(n)
+    if any(os.environ.get(name, "").strip() for name in BLAS_VARIABLES):
         return
+    from threadpoolctl import threadpool_limits
+
     threadpool_limits(limits=n, user_api="blas")
-
-
-def _limit_openblas(n: int) -> None:
-    """Without threadpoolctl: numpy's bundled OpenBLAS through its C API."""
-    for library in _openblas_libraries():
-        for name in ("openblas_set_num_threads", "openblas_set_num_threads64_",
-                     "scipy_openblas_set_num_threads", "scipy_openblas_set_num_threads64_"):
-            setter = getattr(library, name, None)
-            if setter is not None:
-                setter(ctypes.c_int(n))
-                break
-
-
-def _openblas_libraries() -> list:
-    try:
-        import numpy
-    except ImportError:  # pragma: no cover
-        return []
-    found = []
-    root = os.path.dirname(numpy.__file__)
-    for folder in (os.path.join(root, os.pardir, "numpy.libs"), os.path.join(root, ".libs")):
-        if os.path.isdir(folder):
-            for name in sorted(os.listdir(folder)):
-                if "openblas" in name and ".so" in name:
-                    try:
-                        found.append(ctypes.CDLL(os.path.join(folder, name)))
-                    except OSError:
-                        log.debug("could not open %s to limit its threads", name)
-    return found
 
 
 def blas_threads() -> dict:
     """The thread limit of each BLAS library loaded in this process (from `threadpoolctl`): one.
 
     >>> import minflux as mf
-    >>> all(n == 1 for n in blas_threads().values())
+    >>> _ = mf.get_num_threads()          # minflux's first use limits BLAS
+    >>> all(n == 1 for n in blas_threads().values()) or any(os.environ.get(v) for v in BLAS_VARIABLES)
     True
     """
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return {}
+    from threadpoolctl import threadpool_info
+
     return {info["filepath"]: info["num_threads"] for info in threadpool_info()
             if info.get("user_api") == "blas"}

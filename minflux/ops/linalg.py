@@ -6,6 +6,7 @@ from ..backend import get_array_module
 from ..broadcasting import sum_to
 from ..matrix_product import matmul as product
 from ..product_gradient import ProductGradient
+from ..runtime import SettingError
 from ._common import shape_of, value_of
 from ._shared_transpose import shared_transpose
 
@@ -25,6 +26,8 @@ def matmul(a, b):
                          f"{sb}; use * to multiply by a scalar")
     try:
         out = product(av, bv)
+    except SettingError:
+        raise
     except ValueError as e:
         raise ValueError(f"mf.matmul: shapes {sa} and {sb} do not match (the last axis of the first "
                          "must equal the second-to-last axis of the second, and leading axes must "

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from collections import Counter
 
 import numpy as np
@@ -46,6 +45,7 @@ from ..compiler.expressions import Expression, FunctionBuilder, argument
 from ..compiler.ir import result_kind
 from ..compiler.rules import TABLE
 from ..compiler.scalar_rule import rule_of
+from ..runtime import settings
 from ..tensor import Tensor
 from .eager import apply_primitive_now
 from .node import broadcast_node
@@ -53,7 +53,6 @@ from .node import broadcast_node
 __all__ = ["fusion", "fusion_stats", "set_fusion"]
 
 _settings = {
-    "enabled": os.environ.get("MINFLUX_FUSION", "1").strip() not in ("0", "false", "no", "off"),
     "compile_after": 2,
     "max_nodes": 48,
     "max_leaves": 12,
@@ -82,13 +81,17 @@ def set_fusion(enabled: bool | None = None, compile_after: int | None = None,
     >>> old = mf.set_fusion(enabled=False); mf.set_fusion(**old)["enabled"]
     False
     """
-    old = dict(_settings)
-    for name, value in (("enabled", enabled), ("compile_after", compile_after), ("max_nodes", max_nodes),
+    old = {"enabled": settings.get("fusion"), **_settings}
+    for name, value in (("compile_after", compile_after), ("max_nodes", max_nodes),
+                        ("max_leaves", max_leaves), ("min_elements", min_elements)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"set_fusion: {name} must be a positive int, got {value!r}")
+    if enabled is not None:
+        settings.set("fusion", bool(enabled))
+    for name, value in (("compile_after", compile_after), ("max_nodes", max_nodes),
                         ("max_leaves", max_leaves), ("min_elements", min_elements)):
         if value is not None:
-            if name != "enabled" and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"set_fusion: {name} must be a positive int, got {value!r}")
-            _settings[name] = bool(value) if name == "enabled" else value
+            _settings[name] = value
     return old
 
 
@@ -236,7 +239,7 @@ def _broadcast_size(shapes: tuple) -> int:
 def defer(name: str, args: tuple, tape) -> Tensor | None:
     """A deferred Tensor for primitive ``name`` over ``args``, or None when it must run now (no
     argument tracked on ``tape`` or deferred, an argument a kernel cannot take, or fusion off)."""
-    if not _settings["enabled"]:
+    if not settings.get("fusion"):
         return None
     row = TABLE.get(name)
     if row is None:

@@ -138,10 +138,11 @@ def test_check_mode_compares_the_bits_so_a_signed_zero_counts():
 
 
 def test_the_environment_switch_turns_check_mode_on(monkeypatch):
-    import minflux.compiled.step as step
-
-    monkeypatch.setattr(step, "_CHECK_ALL", True)
+    monkeypatch.setenv("MINFLUX_COMPILE_CHECK", "1")
     assert mf.compile(scaled_tanh).check and not mf.compile(scaled_tanh, check=False).check
+    monkeypatch.setenv("MINFLUX_COMPILE_CHECK", "junk")
+    with pytest.raises(mf.SettingError, match=r"MINFLUX_COMPILE_CHECK='junk' is not valid: it accepts 1, true"):
+        mf.compile(scaled_tanh)
 
 
 def test_bad_options_are_one_clear_error():

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import minflux as mf
+from minflux.runtime import settings
 from minflux.compiler import numba_backend, threads
 
 CHILD = """
@@ -82,9 +83,11 @@ def test_no_thread_spins_while_it_waits():
 
 
 def test_bad_settings_name_the_fix(monkeypatch):
-    monkeypatch.setenv("MINFLUX_NUM_THREADS", "lots")
-    with pytest.raises(ValueError, match="MINFLUX_NUM_THREADS"):
-        threads._from_environment()
+    monkeypatch.delitem(settings._set, "num_threads", raising=False)   # the environment decides
+    for text in ("lots", "0", "-1", "2.5"):
+        monkeypatch.setenv("MINFLUX_NUM_THREADS", text)
+        with pytest.raises(ValueError, match=f"MINFLUX_NUM_THREADS='{text}' is not valid: it accepts a whole number"):
+            mf.get_num_threads()
     with pytest.raises(ValueError, match=">= 1"):
         mf.set_num_threads(0)
 

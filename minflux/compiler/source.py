@@ -57,11 +57,7 @@ def source_node(fn: Callable):
         try:
             source, start = inspect.getsourcelines(fn)
         except (OSError, TypeError):
-            raise CompileError(
-                f"the source of {fn.__qualname__} is not available (file {filename!r}); the compiler "
-                "reads a scalar function's source, so define it in a file, or give exec'd code a name "
-                "and register its text: compile(src, name, 'exec') after linecache.cache[name] = "
-                "(len(src), None, src.splitlines(True), name)", None, "source") from None
+            raise _unavailable(fn, filename) from None
         text = textwrap.dedent("".join(source))
         offset = start - 1
         try:
@@ -91,10 +87,20 @@ def source_node(fn: Callable):
                       and n.end_lineno == n.lineno]
             inside.sort(key=lambda n: n.end_col_offset - n.col_offset)
             candidates = inside[:1] or candidates
+    if not candidates and filename.startswith("<"):   # text of other code under the same pseudo-name
+        raise _unavailable(fn, filename)               # (Python 3.13 keeps ``python -c``'s as <string>)
     if not candidates:
         raise CompileError(f"cannot find the source of {fn.__qualname__}; define it with def in a file",
                            (filename, code.co_firstlineno), "source")
     return candidates[-1] if code.co_name != "<lambda>" else candidates[0], filename, offset
+
+
+def _unavailable(fn: Callable, filename: str) -> CompileError:
+    return CompileError(
+        f"the source of {fn.__qualname__} is not available (file {filename!r}); the compiler reads a "
+        "scalar function's source, so define it in a file, or give exec'd code a name and register "
+        "its text: compile(src, name, 'exec') after linecache.cache[name] = (len(src), None, "
+        "src.splitlines(True), name)", None, "source")
 
 
 @dataclass

@@ -57,13 +57,18 @@ class Board:
         self.metrics, self.folder, self.sample_file = metrics, Path(folder), Path(sample_file)
         self.writer = None
         self.purge_from = None
+        self.opened = 0
 
     def __getattr__(self, name):
         return getattr(self.metrics, name)
 
     def _open(self):
-        if self.writer is None:
-            self.writer = self._writer_class(logdir=str(self.folder), purge_step=self.purge_from)
+        if self.writer is None:  # a file per session (or reopening), in the order they were written
+            self.opened += 1
+            suffix = f".from-step-{self.purge_from or 0:010d}-{self.opened:03d}"
+            self.writer = self._writer_class(logdir=str(self.folder), purge_step=self.purge_from,
+                                             filename_suffix=suffix, flush_secs=30)
+            self.purge_from = None
         return self.writer
 
     def write(self, kind: str, **fields) -> None:
@@ -74,7 +79,6 @@ class Board:
             writer.add_scalar(tag, value, step)
         if kind == "end" and "valid_bpc" in fields and self.sample_file.is_file():
             writer.add_text("sample", self.sample_file.read_text(encoding="utf-8"), step)
-        writer.flush()
 
     def truncate_after(self, step: int, keep_end: bool = False) -> None:
         self.metrics.truncate_after(step, keep_end=keep_end)
@@ -86,6 +90,7 @@ class Board:
             old.unlink()
 
     def close(self) -> None:
+        """Write out what is queued (tensorboardX writes in a thread) and close the file."""
         if self.writer is not None:
             self.writer.close()
             self.writer = None

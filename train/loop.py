@@ -312,7 +312,14 @@ class Trainer:
                          windows_per_epoch=len(self.batcher), early_stopping=t.early_stopping)
 
     def fit(self) -> Outcome:
-        """Train until the epochs, ``max_steps`` or ``max_minutes`` run out, or a signal arrives."""
+        """Train until the epochs, ``max_steps`` or ``max_minutes`` run out, validation stops improving
+        (``train.early_stopping``) or a signal arrives."""
+        try:
+            return self._fit()
+        finally:
+            self.metrics.close()  # TensorBoard's event files are complete once closed
+
+    def _fit(self) -> Outcome:
         t = self.cfg.train
         if not self.begun:
             self.begin()

@@ -81,6 +81,9 @@ class MetricsLog:
             log.warning("%s: dropped %d damaged line(s)", self.path, self.skipped)
         write_atomically(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
+    def close(self) -> None:
+        """Nothing to do: every record is written and closed at once (`train.board.Board` needs it)."""
+
     def clear(self) -> None:
         """Start the file afresh (a new run in a directory whose earlier attempt never checkpointed)."""
         if os.path.lexists(self.path):

@@ -34,7 +34,8 @@ def source_module(name: str, source: str):
 
 
 def machine() -> str:
-    """A one-line description of this machine: CPU model, core count, Python and numpy versions."""
+    """A one-line description of this machine: CPU model, core count, and the versions of Python, numpy
+    (with its BLAS), numba and MKL."""
     import numpy as np
 
     model = platform.processor() or "unknown CPU"
@@ -45,7 +46,22 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}"
+    return (f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__} "
+            f"({_blas(np)}), {_version('numba')}, {_version('mkl')}")
+
+
+def _blas(np) -> str:
+    blas = np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
+    return f"{blas.get('name', 'unknown BLAS')} {blas.get('version', '')}".strip()
+
+
+def _version(package: str) -> str:
+    import importlib.metadata
+
+    try:
+        return f"{package} {importlib.metadata.version(package)}"
+    except importlib.metadata.PackageNotFoundError:
+        return f"no {package}"
 
 
 def median_time(fn, repeats: int = 5, warmup: int = 1) -> float:

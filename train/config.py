@@ -298,9 +298,22 @@ def resolve_path(path: str | Path) -> Path:
     for candidate in candidates:
         if candidate.is_file():
             return candidate
+    if path.is_dir():
+        raise ConfigError(_folder_message(path))
     shipped = ", ".join(sorted(p.name for p in CONFIG_DIR.glob("*.toml")))
-    looked = ", ".join(str(c.absolute()) for c in candidates[:2])
-    raise ConfigError(f"config file not found: {path} (looked at {looked}); shipped configs: {shipped}")
+    where = "" if path.is_absolute() else f", nor in {CONFIG_DIR}"
+    raise ConfigError(f"config file not found: {path} (not in the current folder{where}); shipped "
+                      f"configs: {shipped}")
+
+
+def _folder_message(path: Path) -> str:
+    """Why a folder is not a config, and which file (or command) was likely meant."""
+    if (path / "config.toml").is_file():
+        return (f"config {path} is a folder, not a config file: it holds a run, so continue it with --out "
+                f"{path} --resume, or start a new run from its config with --config {path / 'config.toml'}")
+    tomls = sorted(path.glob("*.toml"))
+    which = f" (it holds {', '.join(t.name for t in tomls[:5])})" if tomls else " (it holds no .toml file)"
+    return f"config {path} is a folder, not a config file: name a .toml file{which}"
 
 
 def load_config(path: str | Path | None = "default", overrides: list[str] = ()) -> Config:

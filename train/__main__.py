@@ -10,7 +10,7 @@ import traceback
 
 from minflux import distributed
 
-from .cli import EXPECTED, command, one_line, prog
+from .cli import EXPECTED, command, command_for, one_line, prog
 from .config import load_config
 from .data import DatasetNotFoundError
 from .loop import start_run
@@ -142,7 +142,7 @@ def _main(argv=None) -> int:
             report("\naborted before the first checkpoint; nothing was saved", sys.stderr)
             return 130
         report(f"\naborted without saving the last steps; the last checkpoint is {run.latest} "
-               f"(continue with: python -m train --out {run} --resume)", sys.stderr)
+               f"(continue with: {command_for('train')} --out {run} --resume)", sys.stderr)
         return 130
     report(summary(outcome, cfg, time.perf_counter() - started))
     return 130 if outcome.stopped == "interrupted" else 0
@@ -159,11 +159,12 @@ def summary(outcome, cfg, took: float) -> str:
     """What the run reached, why it stopped and how to continue, the sample, and the next commands."""
     p, run = outcome.position, outcome.run
     stopped = stop_summary(outcome.stopped, outcome.budget, p.step, p.epoch, outcome.session_steps,
-                           outcome.elapsed, run)
+                           outcome.elapsed, run, command_for("train"))
+    evaluate, sample = command_for("train.evaluate"), command_for("train.sample")
     lines = [""]
     if outcome.valid is not None and outcome.recorded:
         lines.append(f"validation: {outcome.valid} [step {p.step:,}, recorded when the run finished; "
-                     f"python -m train.evaluate {run} validates again]")
+                     f"{evaluate} {run} validates again]")
     elif outcome.valid is not None:
         lines.append(f"validation: {outcome.valid} [step {p.step:,}, {took / 60:.1f} min this session]")
         if outcome.best_bpc is not None and outcome.best_bpc < outcome.valid.bpc:
@@ -176,9 +177,8 @@ def summary(outcome, cfg, took: float) -> str:
     lines += ["", heading, cfg.sample.prime + outcome.sample, "",
               f"run files: {run}/ (config.toml, metrics.jsonl, train.log, sample.txt, checkpoints/best.h5, "
               "checkpoints/latest.h5)",
-              f"next: python -m train.evaluate {run} --split test | python -m train.sample {run} "
-              f"--prime \"...\"\n      python -m train.boundaries {run} --text \"...\" | "
-              f"python -m train.plot {run}"]
+              f"next: {evaluate} {run} --split test | {sample} {run} --prime \"...\"\n"
+              f"      {command_for('train.boundaries')} {run} --text \"...\" | {command_for('train.plot')} {run}"]
     return "\n".join(lines)
 
 

@@ -41,6 +41,31 @@ def one_line(exc: BaseException) -> str:
 _PACKAGE = __name__.rpartition(".")[0]  # train from a checkout's python -m train, else minflux_train
 
 
+SCRIPTS = {"train": "minflux-train", "train.evaluate": "minflux-evaluate", "train.sample": "minflux-sample",
+           "train.boundaries": "minflux-boundaries", "train.plot": "minflux-plot"}  # pyproject.toml's
+
+
+def command_for(module: str) -> str:
+    """How to start tool ``module`` (``train``, ``train.evaluate``, ...) the way this process was
+    started, for the commands a tool prints: the console script of that tool when this process is one
+    of them (``minflux-train`` prints ``minflux-evaluate ...``), else ``python -m`` with ``train``
+    spelt as this process imported the package.
+
+    >>> import sys
+    >>> started_as, sys.argv[0] = sys.argv[0], "/home/me/.venv/bin/minflux-train"
+    >>> command_for("train"), command_for("train.evaluate")
+    ('minflux-train', 'minflux-evaluate')
+    >>> sys.argv[0] = "/home/me/minflux/train/__main__.py"
+    >>> command_for("train.sample") in ("python -m train.sample", "python -m minflux_train.sample")
+    True
+    >>> sys.argv[0] = started_as
+    """
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if name in SCRIPTS.values() and module in SCRIPTS:
+        return SCRIPTS[module]
+    return f"python -m {_PACKAGE}{module.removeprefix('train')}"
+
+
 def prog(module: str) -> str:
     """The program name for help texts: the console script's name, or ``python -m <module>`` with
     ``train`` spelt as this process imported the package (``minflux_train`` when installed).

@@ -11,6 +11,7 @@ import minflux as mf
 import minflux_train.loop as loop_module
 import minflux_train.meter as meter_module
 from minflux_train.__main__ import main
+from minflux_train.cli import command_for
 from minflux_train.config import load_config
 from minflux_train.data import StreamBatcher
 from minflux_train.loop import Trainer, train
@@ -76,7 +77,7 @@ def test_a_time_budget_stops_early_and_a_resumed_run_past_it_says_which_key_to_r
     printed, logged = capsys.readouterr()
     step = int(re.search(r"used up the time budget train.max_minutes = 0.5 at step (\d+),", printed)[1])
     assert 0 < step < 25 and "the step limit was 25" in printed
-    assert f"python -m train --out {out} --resume --set train.max_minutes=1" in printed
+    assert f"{command_for('train')} --out {out} --resume --set train.max_minutes=1" in printed
     totals = [(int(s), int(t.replace(",", ""))) for s, t in re.findall(r"^step (\d+)/([\d,]+) ", logged, re.M)]
     assert totals and all(s <= t <= 25 for s, t in totals) and totals[-1][1] < 25  # what the budget allows
 
@@ -93,7 +94,7 @@ def test_the_summary_says_why_it_stopped_goes_to_train_log_and_progress_lines_go
     assert main(["--config", str(cfg), "--out", str(out), "--set", "train.max_steps=6"]) == 0
     printed, logged = capsys.readouterr()
     assert "stopped: reached the step limit train.max_steps = 6 (step 6, epoch 0," in printed
-    assert f"to train further, raise train.max_steps: python -m train --out {out} --resume " \
+    assert f"to train further, raise train.max_steps: {command_for('train')} --out {out} --resume " \
            "--set train.max_steps=12" in printed
     # pytest's stderr is not a terminal: no bar, a plain line every log_every (2) steps instead
     lines = re.findall(r"^step (\d+)/6 \(\d+%\) epoch 0 \| loss [\d.]+ bpc [\d.]+ \| .* left$", logged, re.M)
@@ -133,7 +134,7 @@ def test_an_interrupted_run_says_how_to_continue(cfg, tmp_path, tiny_model, monk
     assert main(["--config", str(cfg), "--out", str(out), "--quiet"]) == 130
     printed = capsys.readouterr().out
     assert "stopped: the run was interrupted at step 4, epoch 0" in printed
-    assert f"continue with: python -m train --out {out} --resume" in printed
+    assert f"continue with: {command_for('train')} --out {out} --resume" in printed
     assert "stopped: the run was interrupted" in RunDir(out).log.read_text()
 
 

@@ -193,6 +193,9 @@ def flatten(roots: tuple) -> Flat:
             visit(child, place + (k,))
 
     def _special_children(x):
+        walk = getattr(type(x), "guard_children", None)
+        if walk is not None:
+            return walk(x)
         if isinstance(x, type):
             return None if is_library(x) else class_members(x)
         if isinstance(x, types.MethodType):

@@ -99,6 +99,16 @@ class CompiledStep:
         self._warned_tape = False
         self.recordings = self.replays = 0
 
+    def guard_children(self) -> list:
+        """What a guard walk of another compiled function reads of this one: its function (its
+        counters and recordings change with every call and are not data).
+
+        >>> import minflux as mf
+        >>> mf.compile(abs).guard_children()
+        [('fn', <built-in function abs>)]
+        """
+        return [("fn", self.fn)]
+
     def __get__(self, obj, owner=None):
         """On an instance, the compiled method bound to it (the instance is walked as an argument)."""
         return self if obj is None else types.MethodType(self, obj)

@@ -382,3 +382,22 @@ def test_a_returned_generator_is_the_callers_and_check_mode_shares_what_cannot_b
     g = mf.compile(lambda h, x: x * h.w, check=True)
     for k in range(3):
         assert same(g(holder, np.full(2, float(k))), np.full(2, float(k)))
+
+
+def test_a_compiled_bound_method_reads_and_updates_its_objects_arrays():
+    class Trainer:
+        def __init__(self):
+            self.model = {"w": np.array([0.5, -1.0])}
+            self.opt_state = mf.optim.setup(mf.optim.Descent(0.1), self.model)
+            self.step = mf.compile(self._step)
+
+        def _step(self, x):
+            loss, (grads,) = mf.withgradient(lambda m: mf.sum(mf.tanh(m["w"] * x)), self.model)
+            mf.optim.update(self.opt_state, self.model, grads)
+            return loss
+
+    trainer, twin = Trainer(), Trainer()
+    for k in range(5):
+        x = np.full(2, 1.0 + k)
+        assert same(trainer.step(x), twin._step(x))
+    assert same(trainer.model["w"], twin.model["w"]) and trainer.step.replays == 4

@@ -6,7 +6,8 @@
 
 With ``--text``, prints the text with one row of marks per layer (``|`` where z = 1 after reading that
 character) and writes a self-contained HTML page (no scripts, no external files) to
-RUN_DIR/boundaries.html. With ``--file``, reads the whole file (a Penn Treebank character file when the
+RUN_DIR/boundaries.html, and beside it a PNG with the word starts marked (`train.boundary_picture`;
+with matplotlib, the ``plot`` extra). With ``--file``, reads the whole file (a Penn Treebank character file when the
 run's corpus is ``ptb``) with the state carried over ``B`` contiguous streams and prints each layer's
 rate of z = 1 by position in the word: on separators (whitespace, ``_``), on first letters, second
 letters, and so on; both z = 1 after reading the character and FLUSH on it (z = 1 after the character
@@ -26,6 +27,7 @@ from minflux.files import write_atomically
 
 from minflux_models.boundaries import positions_in_words, rates_by_position
 
+from .boundary_picture import matplotlib_missing, render_png
 from .cli import command, prog
 from .data import StreamBatcher, Vocabulary, ptb_symbols
 from .sample import prime_tokens
@@ -205,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--text", help="the text to read and mark")
     source.add_argument("--file", help="a whole file: print the rate of z = 1 by position in the word")
     parser.add_argument("--batch-size", type=int, default=32, help="streams for --file (default 32)")
-    parser.add_argument("--html", default=None, help="where to write the page (default RUN_DIR/boundaries.html)")
+    parser.add_argument("--html", default=None, help="where to write the page (default RUN_DIR/boundaries.html; "
+                                                     "the PNG goes beside it)")
     parser.add_argument("--width", type=int, default=80, help="characters per terminal row")
     add_run_arguments(parser)
     args = parser.parse_args(argv)
@@ -235,8 +238,15 @@ def main(argv: list[str] | None = None) -> int:
     print(render_terminal(symbols, z, args.width))
     rates = ", ".join(f"layer {i + 1} {r:.1%}" for i, r in enumerate(z.mean(axis=0)))
     target = Path(args.html) if args.html else run.path.path / "boundaries.html"
-    write_atomically(target, render_html(symbols, z, f"{run.cfg.name}: HM-LSTM boundaries"))
+    title = f"{run.cfg.name}: HM-LSTM boundaries"
+    write_atomically(target, render_html(symbols, z, title))
     print(f"\nz = 1 rates: {rates}\nwrote {target}")
+    if matplotlib_missing():
+        print("no PNG: matplotlib is not installed (pip install 'minflux[plot]')")
+        return 0
+    picture = target.with_suffix(".png")
+    starts = render_png(symbols, z, picture, title, args.width)
+    print(f"wrote {picture} ({len(starts)} word starts marked)")
     return 0
 
 

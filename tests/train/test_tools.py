@@ -5,6 +5,7 @@ import sys
 import numpy as np
 import pytest
 
+import minflux_train.boundaries
 import minflux_train.plot
 from minflux_train.__main__ import main as train_main
 from minflux_train.boundaries import main as boundaries_main, render_terminal
@@ -112,3 +113,33 @@ def test_plot_with_matplotlib(run_dir):
     pytest.importorskip("matplotlib")
     path = minflux_train.plot.plot_run(run_dir)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_boundaries_cli_writes_a_png_with_the_word_starts_beside_the_html(run_dir, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import minflux_train.boundary_picture as picture
+
+    marked = {}
+    real = picture.render_png
+
+    def remember(symbols, z, target, title, width):
+        marked["starts"] = real(symbols, z, target, title, width)
+        marked["symbols"] = symbols
+        return marked["starts"]
+
+    monkeypatch.setattr(minflux_train.boundaries, "render_png", remember)
+    assert boundaries_main([str(run_dir), "--text", "the cat sat", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    png = run_dir / "boundaries.png"
+    assert f"wrote {png} (3 word starts marked)" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 2000
+    assert marked["starts"] == [0, 4, 8] and "".join(marked["symbols"]) == "the cat sat"
+
+
+def test_boundaries_without_matplotlib_write_the_html_and_say_why_there_is_no_png(run_dir, capsys,
+                                                                                 monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert boundaries_main([str(run_dir), "--text", "the cat", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "no PNG: matplotlib is not installed (pip install 'minflux[plot]')" in out
+    assert (run_dir / "boundaries.html").is_file() and not (run_dir / "boundaries.png").exists()

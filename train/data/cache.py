@@ -20,7 +20,7 @@ from typing import Callable
 import h5py
 import numpy as np
 
-from minflux.compiler.cache_directory import cache_dir
+from minflux.runtime.cache_directory import cache_dir
 
 from .vocabulary import Vocabulary
 

@@ -15,7 +15,7 @@ from .runtime import SettingError
 from .schedule import NotReplayable, operation
 from .compiler.compiled import get_elementwise_backend, set_elementwise_backend
 from .compiler.errors import CompileError
-from .compiler.threads import get_num_threads, set_num_threads
+from .runtime.threads import get_num_threads, set_num_threads
 from .compiler.loop_limit import LoopLimitError, get_max_loop_iterations, set_max_loop_iterations
 from .device import to_device
 from .dlpack import from_dlpack

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ._allocator import prepare_process
+from .runtime.allocator import prepare_process
 from .backend import get_array_module, is_array, scatter_add
 from .product_gradient import ProductGradient
 from .schedule import operation

@@ -46,7 +46,7 @@ import numpy as np
 from . import backend
 from . import _flat_buffers as _flat
 from . import tree as _tree
-from .compiler.threads import set_num_threads, usable_cores
+from .runtime.threads import set_num_threads, usable_cores
 from .runtime import settings
 from .tensor import unwrap
 

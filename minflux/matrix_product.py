@@ -1,13 +1,14 @@
 """The matrix product every minflux operation calls: one place that decides its library and threads.
 
 2-D float products go to MKL when its wheel is installed and it measured faster than numpy's
-OpenBLAS at their shape on this machine (`minflux.gemm_choice`), and to numpy's ``matmul`` otherwise.
+OpenBLAS at their shape on this machine (`minflux.runtime.gemm_choice`), and to numpy's ``matmul``
+otherwise.
 
-BLAS runs on one thread in a minflux process (`minflux.compiler.threads`): OpenBLAS's own workers
+BLAS runs on one thread in a minflux process (`minflux.runtime.threads`): OpenBLAS's own workers
 spin while they wait for the next product, which on a busy machine costs many times the work. A
 product large enough to pay for a second thread is instead split into column (or row) blocks that
 run on minflux's sleeping worker pool (over the cores other work leaves free,
-`minflux.compiler.threads.threads_now`), each block one single-threaded BLAS call writing its part
+`minflux.runtime.threads.threads_now`), each block one single-threaded BLAS call writing its part
 of the result. Small products, batched products of matrices and non-numpy arrays go straight to the
 array module's ``matmul``.
 
@@ -21,10 +22,10 @@ from __future__ import annotations
 import numpy as np
 
 from .backend import get_array_module
-from .compiler.row_pool import run_rows
-from .compiler.threads import get_num_threads, threads_now
-from . import gemm_provider
-from .gemm_choice import prefers_gemm
+from .runtime.row_pool import run_rows
+from .runtime.threads import get_num_threads, threads_now
+from .runtime import gemm_provider
+from .runtime.gemm_choice import prefers_gemm
 from .schedule import operation
 
 __all__ = ["matmul", "PARALLEL_MIN_MULTIPLY_ADDS"]

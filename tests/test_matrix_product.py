@@ -105,7 +105,7 @@ def test_a_product_written_into_a_given_array_has_the_bits_of_a_new_one(a_shape)
 @pytest.mark.parametrize("m, k, n", [(16, 16, 16), (64, 64, 127), (32, 384, 512), (64, 1536, 300)])
 @pytest.mark.parametrize("layout", ["rows", "columns"])
 def test_each_product_goes_to_the_library_its_calibration_chose(monkeypatch, m, k, n, layout):
-    from minflux import gemm_choice
+    from minflux.runtime import gemm_choice
 
     monkeypatch.setattr(gemm_choice.gemm_provider, "choice", "auto")
     monkeypatch.setattr(gemm_choice.gemm_provider, "provider", "mkl")

@@ -42,7 +42,7 @@ from typing import Callable
 
 import numpy as np
 
-from .._allocator import prepare_process, release_freed_memory
+from ..runtime.allocator import prepare_process, release_freed_memory
 from ..autograd import active_tape
 from ..runtime import settings
 from ..pointwise.lazy import fusion_changes

@@ -16,42 +16,36 @@ Each transformed function becomes a generated module with
   output and every partial. Calls through ctypes release the GIL, and large calls split their rows
   over a thread pool.
 
-Kernels are cached in memory and on disk under `cache_directory.kernel_directory()` (below
-``MINFLUX_CACHE_DIR`` when set, a private directory that is checked before anything is linked from it):
-the file name is a hash of the generated source -- which spells out the transformed IR, so the
-scalar function's source, constants, input kinds and dtypes and the differentiable-input mask --,
-the input layouts, the minflux/numba/llvmlite/Python versions and the host CPU. Next to the source
-lies the kernel's object code (`minflux.compiler.kernel_cache`), which a second process links back
-in milliseconds without starting numba.
+Kernels are loaded by `minflux.runtime.kernel_loader.load_kernel`, cached in memory and on disk under
+`minflux.runtime.cache_directory.kernel_directory()` (below ``MINFLUX_CACHE_DIR`` when set, a private
+directory that is checked before anything is linked from it): the file name is a hash of the
+generated source -- which spells out the transformed IR, so the scalar function's source,
+constants, input kinds and dtypes and the differentiable-input mask --, the input layouts, the
+modules that shape the generated code (`generator_version`), the minflux/numba/llvmlite/Python
+versions and the host CPU. Next to the source lies the kernel's object code
+(`minflux.runtime.kernel_cache`), which a second process links back in milliseconds without
+starting numba.
 """
 from __future__ import annotations
 
-import atexit
-import importlib.util
+import hashlib
 import math
-import shutil
-import sys
-import tempfile
 import threading
 from pathlib import Path
 
 import numpy as np
 
-from ..files import write_atomically
 from ..runtime import settings
-from . import kernel_cache
-from .cache_directory import kernel_directory
+from ..runtime.kernel_loader import Kernel, load_kernel
+from ..runtime.pointers import pointers
+from ..runtime.row_pool import run_rows
+from ..runtime.threads import PARALLEL_MIN_ELEMENTS, threads_now
 from .dtypes import kind_dtype
 from .errors import CompileError
 from .ifconvert import if_convert
 from .ir import Assign, Break, Call, Continue, Function, If, Loop, Return, Var, has_loops
 from .layout import Plan, read
-from .pointers import pointers
-from .row_pool import run_rows
 from .rules import TABLE
-from .threads import threads_now
-
-PARALLEL_MIN_ELEMENTS = 1 << 17   # below it a second thread costs more CPU than it saves time (measured)
 
 # the IR's pseudo-ops; every table primitive is spelled on its row (`minflux.compiler.rules`)
 _CONVERSIONS = {"float": "_F({0})", "int": "_I({0})"}
@@ -280,95 +274,31 @@ def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
 
 _lock = threading.Lock()
 
+# the modules whose text ends up in, or decides, the machine code of every kernel generated here
+_CODE_SHAPING = ("numba_backend.py", "fastmath.py", "numba_runtime.py", "ifconvert.py")
+_SOURCE_DIR = Path(__file__).parent
+_generator_text: str | None = None
+
+
+def generator_version() -> str:
+    """A hash of the modules that shape the kernels generated here (this generator, the vectorisable
+    math and the runtime helpers each kernel inlines), part of every kernel's cache key.
+
+    >>> len(generator_version())
+    64
+    """
+    global _generator_text
+    if _generator_text is None:
+        sources = hashlib.sha256()
+        for name in _CODE_SHAPING:
+            sources.update((_SOURCE_DIR / name).read_bytes())
+        _generator_text = sources.hexdigest()
+    return _generator_text
+
 
 # a kernel with while/for loops may run long: it runs in this many row chunks, and Ctrl-C (a
 # KeyboardInterrupt) takes effect between two chunks
 LOOP_CHUNKS = 64
-
-
-class Kernel:
-    """A loaded kernel: ``call(r0, r1, inner, total, rows, *pointers)`` and where it came from."""
-
-    def __init__(self, key: str, call, module=None):
-        self.key = key
-        self.call = call
-        self.module = module          # the generated module when compiled in this process
-        self.has_loops = False        # loops run in row chunks, so that Ctrl-C is seen between them
-
-    @property
-    def compiled_here(self) -> bool:
-        """True when numba compiled it in this process, False when loaded as object code."""
-        return self.module is not None
-
-    def assembly(self) -> str:
-        """The machine code (only for a kernel compiled in this process)."""
-        if self.module is None:
-            raise ValueError("the kernel was loaded from the disk cache as object code")
-        return self.module.kernel._library.get_asm_str()
-
-
-_loaded: dict = {}
-
-
-# LLVM's loop vectoriser gives up on a loop that needs many runtime checks that its pointers do not
-# overlap; a dual kernel with many partials has a dozen or more output streams, and compiled as
-# scalar code it runs about 5x slower. The limit is a process-wide LLVM option, set once.
-LLVM_OPTIONS = ("-vectorize-memory-check-threshold=1024",)
-_llvm_configured = False
-
-
-def _configure_llvm() -> None:
-    global _llvm_configured
-    if not _llvm_configured:
-        import llvmlite.binding as llvm
-
-        for option in LLVM_OPTIONS:
-            llvm.set_option("minflux", option)
-        _llvm_configured = True
-
-
-def _compile(source: str, key: str, directory: Path):
-    _configure_llvm()
-    path = directory / f"{key}.py"
-    try:
-        write_atomically(path, source, mode=0o600)   # always our text: the module is executed
-    except OSError:
-        directory = Path(tempfile.mkdtemp(prefix="minflux-kernels-"))
-        atexit.register(shutil.rmtree, directory, ignore_errors=True)
-        path = directory / f"{key}.py"
-        write_atomically(path, source, mode=0o600)
-    spec = importlib.util.spec_from_file_location(key, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    try:
-        spec.loader.exec_module(module)   # numba compiles the cfunc here
-    except BaseException:
-        del sys.modules[key]
-        raise
-    try:
-        kernel_cache.save(directory, key, module.kernel)
-    except OSError:
-        pass
-    return module
-
-
-def load_kernel(source: str, n_pointers: int, n_strides: int = 0) -> Kernel:
-    """The kernel of a generated module: from memory, from object code on disk, or compiled now."""
-    key = kernel_cache.cache_key(f"{source}\n# llvm {' '.join(LLVM_OPTIONS)}")
-    kernel = _loaded.get(key)
-    if kernel is None:
-        directory = kernel_directory()
-        try:
-            call = kernel_cache.load(directory, key, n_pointers, n_strides)
-        except Exception:  # an unusable cache entry (another platform, a broken file): recompile
-            call = None
-        if call is not None:
-            kernel = Kernel(key, call)
-        else:
-            module = _compile(source, key, directory)
-            kernel = Kernel(key, kernel_cache.prototype(n_pointers, n_strides)(module.kernel.address), module)
-        _loaded[key] = kernel
-    return kernel
 
 
 def build_kernel(dual, float_dtype, patterns: tuple) -> Kernel:
@@ -376,7 +306,7 @@ def build_kernel(dual, float_dtype, patterns: tuple) -> Kernel:
     source = generate_source(dual.function, np.dtype(float_dtype).name, patterns)
     with _lock:
         kernel = load_kernel(source, len(dual.function.params) + dual.function.n_outputs,
-                             patterns.count("F"))
+                             patterns.count("F"), generator_version())
     kernel.has_loops = has_loops(dual.function.body)
     return kernel
 

@@ -3,7 +3,7 @@ once, the backward pass reads the gradient and the normalised row twice and writ
 spends about seven passes on the forward and eleven on the backward.
 
 The kernels are generated modules compiled and cached like every elementwise kernel
-(`minflux.compiler.numba_backend.load_kernel`): C-callable functions on raw pointers, keyed on their
+(`minflux.runtime.kernel_loader.load_kernel`): C-callable functions on raw pointers, keyed on their
 source, the library versions and the host, linked from the private kernel directory only after its
 trust and SHA-256 checks. With ``MINFLUX_ELEMENTWISE=numpy`` (`mf.set_elementwise_backend`) they are
 not used and `layer_norm` takes its array formula. Reductions may be reassociated (so they
@@ -22,7 +22,7 @@ import numpy as np
 
 from ..backend import is_numpy_array
 from ..compiler.compiled import get_elementwise_backend
-from ..compiler.pointers import pointers
+from ..runtime.pointers import pointers
 
 _HEADER = '''"""A minflux layer-norm row kernel ({name}, {float_type}). Do not edit."""
 import numpy as np
@@ -110,7 +110,7 @@ _lock = threading.Lock()
 
 @functools.cache
 def _kernels(dtype: np.dtype):
-    from ..compiler.numba_backend import load_kernel
+    from ..runtime.kernel_loader import load_kernel
 
     with _lock:   # keyed by the dtype itself: its .name costs 1.7 us, more than a small kernel's call
         return tuple(load_kernel(kernel_source(name, dtype.name), 7) for name in ("forward", "backward"))

@@ -11,7 +11,7 @@ minflux), and the terms added in the node's order, so both give the same bits (b
 NaNs a sum keeps, which the CPU decides).
 
 The kernels are generated modules compiled and cached like every elementwise kernel
-(`minflux.compiler.numba_backend.load_kernel`), one per term structure and float type.
+(`minflux.runtime.kernel_loader.load_kernel`), one per term structure and float type.
 
 >>> import numpy as np
 >>> g = [np.array([1.0, 0.0]), np.array([2.0, 3.0])]
@@ -25,10 +25,10 @@ import threading
 
 import numpy as np
 
-from ..compiler.numba_backend import PARALLEL_MIN_ELEMENTS, load_kernel
-from ..compiler.pointers import pointers
-from ..compiler.row_pool import run_rows
-from ..compiler.threads import threads_now
+from ..runtime.kernel_loader import load_kernel
+from ..runtime.pointers import pointers
+from ..runtime.row_pool import run_rows
+from ..runtime.threads import PARALLEL_MIN_ELEMENTS, threads_now
 
 __all__ = ["gradient_sums", "kernel_source"]
 

@@ -19,8 +19,8 @@ import ctypes
 import functools
 import logging
 
-from .compiler.threads import get_num_threads
-from .runtime import settings
+from . import settings
+from .threads import get_num_threads
 
 __all__ = ["MMAP_THRESHOLD_BYTES", "TRIM_THRESHOLD_BYTES", "keep_freed_memory", "prepare_process",
            "release_freed_memory"]
@@ -49,7 +49,7 @@ def keep_freed_memory() -> bool:
 
 def prepare_process() -> None:
     """What minflux sets in its process, applied at its first gradient or recording (importing it
-    changes nothing): the thread budget, BLAS on one thread (`minflux.compiler.threads`) and glibc's
+    changes nothing): the thread budget, BLAS on one thread (`minflux.runtime.threads`) and glibc's
     keeping of freed memory (above)."""
     get_num_threads()
     keep_freed_memory()

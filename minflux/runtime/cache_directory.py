@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from ..files import remove_temporaries
-from ..runtime import settings
+from . import settings
 
 log = logging.getLogger(__name__)
 

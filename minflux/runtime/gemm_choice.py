@@ -10,7 +10,7 @@ faster at the calibration shape nearest its own (in log-size of each dimension).
 cached beside the kernel cache, one file per CPU and library versions, trusted only when only its
 owner can write it and written whole or not at all, so every process on the machine (a run and its
 resume, an eager step and its replay) decides alike. ``MINFLUX_GEMM=mkl`` or ``numpy`` pins one
-library; ``python -m minflux.gemm_report`` prints the table and what it chose.
+library; ``python -m minflux.runtime.gemm_report`` prints the table and what it chose.
 
 >>> import numpy as np
 >>> rows = [{"shape": [32, 384, 512, False, False], "seconds": {"numpy": 1.0, "mkl": 2.0}},
@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from . import gemm_provider
-from ._version import __version__
-from .compiler.cache_directory import cache_dir, untrusted_reason, warn_once
+from .._version import __version__
+from .cache_directory import cache_dir, untrusted_reason, warn_once
 
 __all__ = ["CALIBRATION_SHAPES", "calibrate", "machine", "nearest", "prefers_gemm", "table"]
 
@@ -57,7 +57,7 @@ _tables: dict = {}
 
 
 def prefers_gemm(m: int, k: int, n: int, dtype, a_transposed: bool = False, b_transposed: bool = False) -> bool:
-    """True when the loaded GEMM (`minflux.gemm_provider`) should multiply an ``m x k @ k x n``
+    """True when the loaded GEMM (`minflux.runtime.gemm_provider`) should multiply an ``m x k @ k x n``
     product of ``dtype`` here (always, when ``MINFLUX_GEMM`` names it; never without one);
     ``a_transposed`` and ``b_transposed`` say an operand is laid out column-major."""
     key = (m, k, n, dtype, a_transposed, b_transposed)
@@ -132,7 +132,7 @@ def _best(call) -> float:
 
 def machine() -> dict:
     """What a calibration depends on: the CPU and the libraries' versions."""
-    from .compiler.kernel_cache import host_tag
+    from .kernel_cache import host_tag
 
     blas = np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
     try:

@@ -3,7 +3,7 @@
 MKL multiplies faster than the OpenBLAS numpy ships on some CPUs and slower on others
 (`benchmarks/gemm_providers.py`), so `minflux.matrix_product.matmul` hands it the 2-D float32 or
 float64 products whose operands it can read in place (row-major or transposed, any leading
-dimension) and at whose shapes it measured faster on this machine (`minflux.gemm_choice`);
+dimension) and at whose shapes it measured faster on this machine (`minflux.runtime.gemm_choice`);
 everything else goes to numpy. ``pip install 'minflux[mkl]'`` installs it; ``MINFLUX_GEMM``
 chooses: ``auto`` (the default: by measurement when MKL is installed), ``mkl`` (every product MKL
 can read in place; an error when it is not installed) or ``numpy``.
@@ -15,7 +15,7 @@ depend on where its arrays happen to lie in memory: an eager step and its compil
 arrays lie elsewhere, agree to the bit.
 
 >>> import numpy as np
->>> from minflux import gemm_provider
+>>> from minflux.runtime import gemm_provider
 >>> a, b = np.arange(6.0).reshape(2, 3), np.ones((3, 2))
 >>> out = np.empty((2, 2))
 >>> gemm_provider.gemm is None or gemm_provider.gemm(a, b, out)
@@ -28,8 +28,8 @@ from __future__ import annotations
 import ctypes
 import numpy as np
 
-from .compiler.pointers import pointers
-from .runtime import settings
+from . import settings
+from .pointers import pointers
 
 __all__ = ["gemm", "provider"]
 
@@ -132,7 +132,7 @@ def __getattr__(name: str):
     """``gemm(a, b, out) -> bool`` (None when numpy multiplies), ``provider`` (the library's name) and
     ``choice`` (``MINFLUX_GEMM``), loaded at their first use: importing minflux loads no library and
     sets up none. With ``auto`` the shapes MKL multiplies are chosen by measurement
-    (`minflux.gemm_choice`)."""
+    (`minflux.runtime.gemm_choice`)."""
     if name not in ("gemm", "provider", "choice"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     chosen = settings.get("gemm")

@@ -1,5 +1,6 @@
-"""``python -m minflux.gemm_report [--again]``: which library multiplies minflux's products on this
-machine, the calibration it chose by (`minflux.gemm_choice`), and with ``--again`` a new calibration."""
+"""``python -m minflux.runtime.gemm_report [--again]``: which library multiplies minflux's products on
+this machine, the calibration it chose by (`minflux.runtime.gemm_choice`), and with ``--again`` a new
+calibration."""
 from __future__ import annotations
 
 import sys

@@ -8,11 +8,12 @@ refers to for its error paths are provided by `_STUBS`; a kernel that refers to 
 process cannot resolve is not loaded this way (the caller compiles it with numba instead).
 
 The cache key includes the numba, llvmlite, minflux and Python versions, the host CPU and a hash of
-every source file that shapes the generated code (the generator, the vectorisable math and runtime
-helpers inlined into each kernel, this loader), so object code is never loaded into a process,
-machine or minflux it was not made for. Each entry records a SHA-256 of its object code, checked
+this loader's own source files; the caller adds to the key what else shapes its kernels (the
+elementwise compiler, its generator and the math inlined into each kernel: see
+`kernel_loader.load_kernel`), so object code is never loaded into a process, machine or minflux it
+was not made for. Each entry records a SHA-256 of its object code, checked
 before linking: a damaged or truncated file is recompiled (with one warning), never linked. Files
-are read only from a trusted directory (`minflux.compiler.cache_directory`) and only when they are
+are read only from a trusted directory (`minflux.runtime.cache_directory`) and only when they are
 private to the user.
 """
 from __future__ import annotations
@@ -56,8 +57,8 @@ _engine = None
 _llvm = None
 
 
-# the modules whose text ends up in, or decides, the machine code of every kernel
-_CODE_SHAPING = ("numba_backend.py", "fastmath.py", "numba_runtime.py", "ifconvert.py", "kernel_cache.py")
+# the modules of this loader, which decide how every kernel is compiled, saved and linked
+_CODE_SHAPING = ("kernel_cache.py", "kernel_loader.py")
 _SOURCE_DIR = Path(__file__).parent
 _versions_text: str | None = None
 
@@ -81,7 +82,7 @@ def _versions() -> str:
         for name in _CODE_SHAPING:
             sources.update((_SOURCE_DIR / name).read_bytes())
         _versions_text = (f"minflux {__version__} numba {_numba_version()} llvmlite {llvmlite.__version__} "
-                          f"python {sys.version_info[:2]} generator {sources.hexdigest()}")
+                          f"python {sys.version_info[:2]} loader {sources.hexdigest()}")
     return _versions_text
 
 

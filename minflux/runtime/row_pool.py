@@ -6,7 +6,7 @@ a busy machine (a pool that spins while it waits takes a whole core from whateve
 calling thread runs the first share itself; ctypes calls and numpy's BLAS release the GIL, so the
 shares run at once.
 
->>> from minflux.compiler.row_pool import run_rows
+>>> from minflux.runtime.row_pool import run_rows
 >>> seen = []
 >>> run_rows(lambda r0, r1: seen.append((r0, r1)), 0, 4, 2, ())
 >>> sorted(seen)

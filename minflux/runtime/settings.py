@@ -112,7 +112,7 @@ SETTINGS = (
             "a whole number of at least 1", True,
             "iterations a scalar function's while loop may run (`mf.set_max_loop_iterations`)"),
     Setting("gemm", "MINFLUX_GEMM", _choice("auto", "mkl", "numpy"), "auto", "auto, mkl or numpy", True,
-            "the library of matrix products: by measurement, or pinned (`minflux.gemm_choice`)"),
+            "the library of matrix products: by measurement, or pinned (`minflux.runtime.gemm_choice`)"),
     Setting("numba_branches", "MINFLUX_NUMBA_BRANCHES", _choice("auto", "select", "real"), "auto",
             "auto, select or real", True, "how numba kernels compile branches (selects, or real jumps)"),
     Setting("cuda_fast_math", "MINFLUX_CUDA_FAST_MATH", _boolean, False, _BOOLEAN, True,

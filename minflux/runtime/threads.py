@@ -6,7 +6,7 @@ Whether one does is decided per call from its size: small work runs on the calli
 handing it out would cost more than it saves. Large work splits over the budget's threads only as far
 as the machine has idle cores (`threads_now`): on a machine busy with other work a second thread
 would wait for a core and add its hand-over costs for nothing. The pool's workers sleep while they
-wait (`minflux.compiler.row_pool`), so the budget costs no CPU between calls.
+wait (`minflux.runtime.row_pool`), so the budget costs no CPU between calls.
 
 Once minflux first computes (a product, a gradient, a compiled step; importing it changes nothing),
 every BLAS library loaded in the process runs on one thread (through `threadpoolctl`), unless the
@@ -27,9 +27,14 @@ from __future__ import annotations
 import os
 import time
 
-from ..runtime import settings
+from . import settings
 
-__all__ = ["blas_threads", "get_num_threads", "set_num_threads", "threads_now", "usable_cores"]
+__all__ = ["PARALLEL_MIN_ELEMENTS", "blas_threads", "get_num_threads", "set_num_threads", "threads_now",
+           "usable_cores"]
+
+PARALLEL_MIN_ELEMENTS = 1 << 17
+"""Elements below which a kernel runs on the calling thread: a second thread costs more CPU than it
+saves time (measured)."""
 
 _blas_limited = False
 

@@ -218,7 +218,7 @@ def test_check_mode_replays_every_model_beside_the_eager_step():
 
 _WITH_NUMPYS_PRODUCT = """
 import numpy as np, minflux as mf
-from minflux import gemm_provider
+from minflux.runtime import gemm_provider
 from tests.compiled.test_models_compiled import arrays_of, bits, build, train_step
 import minflux.schedule.replay as replay
 replay.COMPILE_AFTER = 3

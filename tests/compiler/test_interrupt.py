@@ -76,7 +76,7 @@ def test_kernels_with_loops_run_in_row_chunks_and_loop_free_ones_in_one_call(mon
 def test_an_interrupted_share_leaves_the_pool_usable():
     import threading
 
-    from minflux.compiler.row_pool import RowPool
+    from minflux.runtime.row_pool import RowPool
 
     pool = RowPool()
     pool.grow(1)

@@ -11,8 +11,8 @@ import pytest
 
 import minflux as mf
 from minflux.compiler import numba_backend
-from minflux.runtime import settings
 from minflux.compiler.layout import plan_layout
+from minflux.runtime import settings
 
 
 @pytest.mark.parametrize("shapes, shape, want", [
@@ -179,7 +179,7 @@ def test_a_second_process_loads_kernels_from_the_disk_cache_without_numba(tmp_pa
 
 
 def test_a_damaged_object_file_is_recompiled(tmp_path, monkeypatch):
-    from minflux.compiler import kernel_cache
+    from minflux.runtime import kernel_cache, kernel_loader
     monkeypatch.setenv("MINFLUX_CACHE_DIR", str(tmp_path))
 
     def twice(x):  # a fresh code object
@@ -189,7 +189,7 @@ def test_a_damaged_object_file_is_recompiled(tmp_path, monkeypatch):
     meta = next((tmp_path / "kernels").glob("*.json"))
     meta.write_text("{not json")
     assert kernel_cache.load(tmp_path / "kernels", meta.stem, 2) is None
-    numba_backend._loaded.clear()
+    kernel_loader._loaded.clear()
     from minflux.compiler import compiled as compiled_functions
     compiled_functions._compiled.clear()
     np.testing.assert_array_equal(mf.broadcast(twice, np.ones(3)), [3.0, 3.0, 3.0])
@@ -203,9 +203,34 @@ def test_layer_norm_row_kernels_compile_to_packed_float32_arithmetic(name, tmp_p
     import re
 
     from minflux.ops import layer_norm_rows
+    from minflux.runtime import kernel_loader
 
     monkeypatch.setenv("MINFLUX_CACHE_DIR", str(tmp_path))   # compiled here, so its assembly is known
-    monkeypatch.setattr(numba_backend, "_loaded", {})
-    kernel = numba_backend.load_kernel(layer_norm_rows.kernel_source(name, "float32"), 7)
+    monkeypatch.setattr(kernel_loader, "_loaded", {})
+    kernel = kernel_loader.load_kernel(layer_norm_rows.kernel_source(name, "float32"), 7)
     packed = re.findall(r"\bv(?:add|sub|mul|fn?m(?:add|sub)\w*)ps\s+%[yz]mm", kernel.assembly())
     assert len(packed) >= 4
+
+
+def test_the_key_changes_when_code_inlined_into_kernels_changes(tmp_path, monkeypatch):
+    """Elementwise kernels are loaded under the generator's version (`load_kernel(generator=...)`),
+    which follows every module whose text shapes their machine code."""
+    import shutil
+    import types
+
+    from minflux.compiler.compiled import compiled
+
+    asked = []
+    monkeypatch.setattr(numba_backend, "load_kernel", lambda *args: asked.append(args) or types.SimpleNamespace())
+    numba_backend.build_kernel(compiled(lambda x: x * 2.0).dual_for(("f",), ()), np.float64, ("F",))
+    before = numba_backend.generator_version()
+    assert asked[0][-1] == before
+    copy = tmp_path / "compiler"
+    shutil.copytree(numba_backend._SOURCE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(numba_backend, "_SOURCE_DIR", copy)
+    monkeypatch.setattr(numba_backend, "_generator_text", None)
+    assert numba_backend.generator_version() == before
+    fastmath = copy / "fastmath.py"
+    fastmath.write_text(fastmath.read_text() + "\n# a changed polynomial\n")
+    monkeypatch.setattr(numba_backend, "_generator_text", None)
+    assert numba_backend.generator_version() != before

@@ -110,7 +110,7 @@ def test_gather_rows_concatenates_in_rank_order_on_root(tmp_path):
 
 
 def test_ranks_share_the_cores_unless_the_thread_budget_is_set(tmp_path):
-    from minflux.compiler.threads import usable_cores
+    from minflux.runtime.threads import usable_cores
 
     shared = two_ranks("threads", tmp_path, env={"MINFLUX_NUM_THREADS": None})
     assert [r["threads"] for r in shared] == [max(1, usable_cores() // 2)] * 2

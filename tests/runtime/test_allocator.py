@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from minflux._allocator import keep_freed_memory
+from minflux.runtime.allocator import keep_freed_memory
 
 CHILD = """
 import resource

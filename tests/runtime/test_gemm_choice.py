@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from minflux import gemm_choice, gemm_provider
+from minflux.runtime import gemm_choice, gemm_provider
 
 INSTALLED = gemm_provider._library_path() is not None
 
@@ -82,12 +82,12 @@ def test_minflux_gemm_pins_the_library(monkeypatch):
 @pytest.mark.skipif(not INSTALLED, reason="the mkl wheel is not installed")
 def test_processes_on_one_machine_share_one_calibration_and_the_report_shows_it(tmp_path):
     env = dict(os.environ, MINFLUX_CACHE_DIR=str(tmp_path), MINFLUX_GEMM="auto")
-    probe = ("import numpy as np; from minflux import gemm_choice as g; "
+    probe = ("import numpy as np; from minflux.runtime import gemm_choice as g; "
              "print([g.prefers_gemm(m, k, n, np.dtype(np.float32), ta, tb) "
              "for m, k, n, ta, tb in g.CALIBRATION_SHAPES])")
     first, second = (subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
                                     check=True).stdout for _ in range(2))
     assert first == second and first.startswith("[")
-    report = subprocess.run([sys.executable, "-m", "minflux.gemm_report"], env=env, capture_output=True,
+    report = subprocess.run([sys.executable, "-m", "minflux.runtime.gemm_report"], env=env, capture_output=True,
                             text=True, check=True).stdout
     assert "loaded: mkl" in report and "float32: GFLOP/s on one thread" in report and "-> " in report

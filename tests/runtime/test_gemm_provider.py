@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from minflux import gemm_provider
-from minflux.gemm_provider import gemm
+from minflux.runtime import gemm_provider
+from minflux.runtime.gemm_provider import gemm
 
 needs_mkl = pytest.mark.skipif(gemm is None, reason="the mkl wheel is not installed (pip install 'minflux[mkl]') "
                                                    "or MINFLUX_GEMM turned it off")
@@ -98,7 +98,7 @@ def test_mkl_runs_on_the_calling_thread_only():
 
 def provider_in_a_child(setting: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, MINFLUX_GEMM=setting)
-    return subprocess.run([sys.executable, "-c", "import minflux.gemm_provider as g; print(g.provider)"],
+    return subprocess.run([sys.executable, "-c", "import minflux.runtime.gemm_provider as g; print(g.provider)"],
                           env=env, capture_output=True, text=True, timeout=120)
 
 

@@ -46,7 +46,7 @@ def test_blas_threads_the_user_chose_are_kept():
 
 def test_import_does_not_touch_the_allocator_or_load_mkl():
     probe = ("import sys, minflux; "
-             "print(minflux._allocator.keep_freed_memory.cache_info().currsize, "
-             "'gemm' in vars(sys.modules['minflux.gemm_provider']))")
+             "print(minflux.runtime.allocator.keep_freed_memory.cache_info().currsize, "
+             "'gemm' in vars(sys.modules['minflux.runtime.gemm_provider']))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["0", "False"]

@@ -1,5 +1,6 @@
 """The kernel cache on disk: damaged object code is recompiled (never linked), files others can
-change are never linked, entries are private to the user, and the key follows the code generator.
+change are never linked, entries are private to the user, and the key follows the loader (the
+elementwise compiler's generator is in its kernels' keys too: tests/compiler/test_numba_backend.py).
 
 Damage is tested in fresh processes, because linking broken machine code kills a process (SIGSEGV)
 rather than raising an exception."""
@@ -16,7 +17,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from minflux.compiler import kernel_cache
+from minflux.runtime import kernel_cache
 
 CHILD = textwrap.dedent("""
     import sys
@@ -111,14 +112,14 @@ def test_a_cache_others_can_write_is_never_linked_from(child):
     assert compiled and "that others can change" in stderr
 
 
-def test_the_key_changes_when_code_inlined_into_kernels_changes(tmp_path, monkeypatch):
+def test_the_key_changes_when_the_loader_changes(tmp_path, monkeypatch):
     before = kernel_cache.cache_key("source")
-    copy = tmp_path / "compiler"
+    copy = tmp_path / "runtime"
     shutil.copytree(kernel_cache._SOURCE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(kernel_cache, "_SOURCE_DIR", copy)
     monkeypatch.setattr(kernel_cache, "_versions_text", None)
     assert kernel_cache.cache_key("source") == before
-    fastmath = copy / "fastmath.py"
-    fastmath.write_text(fastmath.read_text() + "\n# a changed polynomial\n")
+    loader = copy / "kernel_loader.py"
+    loader.write_text(loader.read_text() + "\n# a changed way of compiling\n")
     monkeypatch.setattr(kernel_cache, "_versions_text", None)
     assert kernel_cache.cache_key("source") != before

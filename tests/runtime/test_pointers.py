@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minflux.compiler import pointers as module
+from minflux.runtime import pointers as module
 
 
 class Marked(np.ndarray):

@@ -46,7 +46,7 @@ BAD = [("MINFLUX_GEMM", "bogus", "auto, mkl or numpy", "import minflux as mf, nu
        ("MINFLUX_MAX_LOOP_ITERATIONS", "abc", "a whole number", "import minflux as mf; mf.get_max_loop_iterations()"),
        ("MINFLUX_COMPILE_CHECK", "junk", "1, true, yes or on", "import minflux as mf; mf.compile(abs)"),
        ("MINFLUX_KEEP_FREED_MEMORY", "junk", "1, true, yes or on",
-        "from minflux import _allocator; _allocator.keep_freed_memory()"),
+        "from minflux.runtime import allocator; allocator.keep_freed_memory()"),
        ("MINFLUX_FUSION", "maybe", "1, true, yes or on", "import minflux as mf; mf.set_fusion()")]
 
 

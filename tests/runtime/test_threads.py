@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import minflux as mf
-from minflux.runtime import settings
-from minflux.compiler import numba_backend, threads
+from minflux.compiler import numba_backend
+from minflux.runtime import settings, threads
 
 CHILD = """
 import json, threadpoolctl

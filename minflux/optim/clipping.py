@@ -12,7 +12,7 @@ from ..pointwise.primitives import clip
 from ..schedule import operation
 from ..tree import map_arrays, named_leaves
 
-from .rule import GlobalRule, Rule, xp_of
+from .rule import GlobalRule, Rule, group_names, xp_of
 
 
 @elementwise
@@ -97,13 +97,14 @@ class ClipNorm(GlobalRule):
     """Scale all gradients by ``max_norm / norm`` when their global L2 norm exceeds ``max_norm``.
 
     The norm is taken over every parameter this rule updates in one `optim.update` call (frozen
-    parameters and parameters without a gradient excluded), as in Pascanu et al. (2013). On the GPU
-    the norm and the factor stay on the device (no synchronisation), so a NaN or infinite norm
-    passes through (an infinite one zeroes the finite elements); ``throw=True`` instead raises
-    ``FloatingPointError`` for such a norm, which reads it on the host once per update. Any NaN or
+    parameters and parameters without a gradient excluded), as in Pascanu et al. (2013). A NaN or
+    infinite norm raises ``FloatingPointError`` before anything changes, naming the parameters whose
+    gradients hold a NaN or an infinity; this reads the norm on the host once per update. Any NaN or
     infinite element makes the norm NaN or infinite, so a finite norm also says that every gradient
     element is finite: a training loop needs no second check (a norm that only overflowed, every
-    element finite, is infinite as well).
+    element finite, is infinite as well). ``throw=False`` opts out: the norm and the factor stay on
+    the device (no synchronisation on the GPU), and a non-finite norm passes through, which turns
+    every parameter it updates NaN (an infinite norm zeroes the finite elements).
 
     >>> import numpy as np, minflux as mf
     >>> model = {"a": np.zeros(1), "b": np.zeros(1)}
@@ -111,16 +112,20 @@ class ClipNorm(GlobalRule):
     >>> mf.optim.update(state, model, {"a": np.array([3.0]), "b": np.array([4.0])})
     >>> model
     {'a': array([-0.6]), 'b': array([-0.8])}
+    >>> mf.optim.update(state, model, {"a": np.array([np.nan]), "b": np.array([4.0])})
+    Traceback (most recent call last):
+    ...
+    FloatingPointError: ClipNorm: the global gradient norm is nan: the gradient of a holds a NaN or an infinity; nothing was updated (ClipNorm(..., throw=False) lets a non-finite norm through)
     """
 
     max_norm: float = 1.0
-    throw: bool = False
+    throw: bool = True
 
     def apply_all(self, states, params, grads):
         xp = xp_of(*grads)
         total = _device_total(xp, grads)
-        if self.throw:
-            _raise_unless_finite(total)  # the update's one read from the device
+        if self.throw:  # the update's one read from the device
+            _raise_unless_finite(total, list(grads), tuple(group_names(len(grads))))
         # the factor as arrays: no read, and the same value as max_norm / norm in Python numbers
         factor = xp.minimum(1.0, self.max_norm / xp.maximum(xp.sqrt(total), 1e-30))
         with np.errstate(invalid="ignore"):
@@ -128,8 +133,18 @@ class ClipNorm(GlobalRule):
 
 
 @operation(results="new")
-def _raise_unless_finite(total) -> None:
+def _raise_unless_finite(total, grads: list, names: tuple) -> None:
     norm = math.sqrt(float(total))
-    if not math.isfinite(norm):
-        raise FloatingPointError(f"ClipNorm: the global gradient norm is {norm}; a NaN or infinity "
-                                 "reached the gradients")
+    if math.isfinite(norm):
+        return
+    xp = xp_of(*grads)
+    bad = [name for name, g in zip(names, grads) if not bool(xp.isfinite(g).all())]  # only once it failed
+    if not bad:
+        what = "every gradient element is finite, but their squares overflow"
+    elif len(bad) == 1:
+        what = f"the gradient of {bad[0]} holds a NaN or an infinity"
+    else:
+        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        what = f"the gradients of {len(bad)} arrays hold a NaN or an infinity: {shown}"
+    raise FloatingPointError(f"ClipNorm: the global gradient norm is {norm}: {what}; nothing was updated "
+                             "(ClipNorm(..., throw=False) lets a non-finite norm through)")

@@ -7,6 +7,8 @@ old state is not modified) and must not modify ``param`` or ``grad``. A `GlobalR
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
 import numbers
@@ -102,6 +104,30 @@ class GlobalRule(Rule):
     def apply_all(self, states: list, params: list, grads: list) -> tuple[list, list]:
         """``(new_states, deltas)`` for all parameters of the group."""
         raise NotImplementedError(f"{type(self).__name__} must define apply_all(states, params, grads)")
+
+
+_GROUP_NAMES: contextvars.ContextVar = contextvars.ContextVar("minflux_optim_group_names", default=None)
+
+
+def group_names(count: int) -> list[str]:
+    """The dotted names of the ``count`` parameters a `GlobalRule`'s ``apply_all`` was given by
+    `optim.update` (for its messages); ``array k`` when it was called some other way.
+
+    >>> group_names(2)
+    ['array 0', 'array 1']
+    """
+    names = _GROUP_NAMES.get()
+    return list(names) if names is not None and len(names) == count else [f"array {k}" for k in range(count)]
+
+
+@contextlib.contextmanager
+def naming_group(names: list[str]):
+    """Within the block, `group_names` answers ``names`` (`optim.update` around ``apply_all``)."""
+    token = _GROUP_NAMES.set(tuple(names))
+    try:
+        yield
+    finally:
+        _GROUP_NAMES.reset(token)
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ import numpy as np
 
 from ..autograd import no_grad
 from ..backend import is_array
-from ..tree import bottom_up, children, expand, is_leaf, walk_named
-from .rule import GlobalRule, OptimiserChain, Rule, stages
+from ..tree import bottom_up, children, expand, is_leaf, named_leaves, walk_named
+from .rule import GlobalRule, OptimiserChain, Rule, naming_group, stages
 from ..tensor import unwrap
 
 __all__ = ["Leaf", "StateNode", "adjust", "freeze", "named_state_leaves", "setup", "thaw", "update"]
@@ -106,6 +106,7 @@ def setup(rule: Rule, model: Any) -> Any:
     if not isinstance(rule, Rule):
         raise TypeError(f"optim.setup(rule, model) needs a rule such as optim.Adam() first, got "
                         f"{type(rule).__name__}")
+    _check_dtypes(model)
     memo: dict[int, tuple] = {}  # id -> (object, its state): tied arrays and shared subtrees once
 
     def visit(x):
@@ -136,6 +137,19 @@ def setup(rule: Rule, model: Any) -> Any:
                       stacklevel=2)
         return StateNode(type(model).__name__)
     return state
+
+
+SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # what the rules' kernels compute in
+
+
+def _check_dtypes(model) -> None:
+    """Refuse a trainable floating-point array of a dtype the rules cannot update (float16, ...),
+    naming it, before any state is made."""
+    for name, array in named_leaves(model, trainable_only=True):
+        dtype = np.dtype(unwrap(array).dtype)
+        if dtype.kind == "f" and dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"optim.setup: parameter {name or '<root>'} is {dtype.name}; optimiser rules "
+                            f"update float32 and float64 arrays (convert it, e.g. with .astype(np.float32))")
 
 
 def _state_node(x, built: list):
@@ -185,7 +199,7 @@ def _collect(state, model, grads) -> list:
                 if tuple(g.shape) != tuple(m.shape):
                     raise ValueError(f"optim.update: gradient of {path or '<root>'} has shape "
                                      f"{tuple(g.shape)}, the parameter {tuple(m.shape)}")
-            items.append((node, m, g))
+            items.append((node, m, g, path or "<root>"))
             continue
         stack.append(_below(node, m, g, path))
     return items
@@ -211,16 +225,16 @@ def update(state: Any, model: Any, grads: Any) -> None:
     >>> model["w"]
     array([0., 1.])
     """
-    items = [(leaf, p, g) for leaf, p, g in _collect(state, model, grads)
+    items = [(leaf, p, g, name) for leaf, p, g, name in _collect(state, model, grads)
              if g is not None and not leaf.frozen]
     if not items:
         return
     with no_grad():
-        pipelines = [stages(leaf.rule) for leaf, _, _ in items]
+        pipelines = [stages(leaf.rule) for leaf, _, _, _ in items]
         states = [list(leaf.state) if isinstance(leaf.rule, OptimiserChain) else [leaf.state]
-                  for leaf, _, _ in items]
-        deltas = [g for _, _, g in items]
-        params = [p for _, p, _ in items]
+                  for leaf, _, _, _ in items]
+        deltas = [g for _, _, g, _ in items]
+        params = [p for _, p, _, _ in items]
         for stage in range(max(len(p) for p in pipelines)):
             groups: dict[Rule, list[int]] = {}
             for i, pipeline in enumerate(pipelines):
@@ -232,12 +246,13 @@ def update(state: Any, model: Any, grads: Any) -> None:
                 else:
                     states[i][stage], deltas[i] = rule.apply(states[i][stage], params[i], deltas[i])
             for rule, members in groups.items():
-                new_states, new_deltas = rule.apply_all([states[i][stage] for i in members],
-                                                        [params[i] for i in members],
-                                                        [deltas[i] for i in members])
+                with naming_group([items[i][3] for i in members]):
+                    new_states, new_deltas = rule.apply_all([states[i][stage] for i in members],
+                                                            [params[i] for i in members],
+                                                            [deltas[i] for i in members])
                 for i, s, d in zip(members, new_states, new_deltas):
                     states[i][stage], deltas[i] = s, d
-        for (leaf, param, _), s, delta in zip(items, states, deltas):
+        for (leaf, param, _, _), s, delta in zip(items, states, deltas):
             param -= delta
             leaf.state = tuple(s) if isinstance(leaf.rule, OptimiserChain) else s[0]
 

@@ -61,16 +61,31 @@ def test_clip_norm_with_a_real_model_gradient():
     assert abs(step - 1.0) < 1e-12
 
 
-def test_non_finite_norm_passes_through_or_raises_on_request():
-    model = {"a": np.zeros(2)}
-    relaxed = optim.setup(optim.chain(optim.ClipNorm(1.0), optim.Descent(1.0)), model)
-    optim.update(relaxed, model, {"a": np.array([np.inf, 3.0])})
-    assert np.isnan(model["a"][0]) and model["a"][1] == 0.0   # factor max_norm / inf = 0
-    model = {"a": np.zeros(1)}
-    strict = optim.setup(optim.chain(optim.ClipNorm(1.0, throw=True), optim.Descent(1.0)), model)
-    with pytest.raises(FloatingPointError, match="nan"):
-        optim.update(strict, model, {"a": np.array([np.nan])})
-    assert model["a"][0] == 0.0
+def test_a_non_finite_norm_is_refused_by_default_naming_the_arrays_and_passes_only_on_request():
+    model = {"layers": [{"W": np.zeros(2)}, {"W": np.zeros(2)}], "b": np.zeros(1)}
+    state = optim.setup(optim.chain(optim.ClipNorm(1.0), optim.Descent(1.0)), model)
+    grads = {"layers": [{"W": np.ones(2)}, {"W": np.array([np.nan, 1.0])}], "b": np.array([np.inf])}
+    with pytest.raises(FloatingPointError) as caught:
+        optim.update(state, model, grads)
+    assert str(caught.value) == ("ClipNorm: the global gradient norm is nan: the gradients of 2 arrays hold a "
+                                 "NaN or an infinity: layers.1.W, b; nothing was updated (ClipNorm(..., "
+                                 "throw=False) lets a non-finite norm through)")
+    assert not any(a.any() for a in mf.tree.leaves(model))  # nothing changed
+    relaxed = optim.setup(optim.chain(optim.ClipNorm(1.0, throw=False), optim.Descent(1.0)), model)
+    optim.update(relaxed, model, {"layers": [{"W": np.ones(2)}, {"W": np.ones(2)}], "b": np.array([np.inf])})
+    assert model["layers"][0]["W"].tolist() == [0.0, 0.0] and np.isnan(model["b"][0])  # factor 1 / inf = 0
+
+
+def test_an_overflowing_norm_of_finite_gradients_is_named_as_such():
+    model = {"a": np.zeros(2, np.float32)}
+    state = optim.setup(optim.chain(optim.ClipNorm(1.0), optim.Descent(1.0)), model)
+    with pytest.raises(FloatingPointError, match="every gradient element is finite, but their squares overflow"):
+        optim.update(state, model, {"a": np.array([3e38, 3e38], np.float32)})
+
+
+def test_a_clip_norm_called_outside_update_names_the_arrays_by_position():
+    with pytest.raises(FloatingPointError, match="the gradient of array 1 holds a NaN"):
+        optim.ClipNorm(1.0).apply_all([(), ()], [None, None], [np.ones(2), np.array([np.nan])])
 
 
 @pytest.mark.parametrize("max_norm", [2.5, 10.0, 0.0])

@@ -178,7 +178,8 @@ def summary(outcome, cfg, took: float) -> str:
               f"run files: {run}/ (config.toml, metrics.jsonl, train.log, sample.txt, checkpoints/best.h5, "
               "checkpoints/latest.h5)",
               f"next: {evaluate} {run} --split test | {sample} {run} --prime \"...\"\n"
-              f"      {command_for('train.boundaries')} {run} --text \"...\" | {command_for('train.plot')} {run}"]
+              f"      {command_for('train.boundaries')} {run} --text \"...\" | "
+              f"{command_for('train.plot')} {run}"]
     return "\n".join(lines)
 
 

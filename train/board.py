@@ -48,7 +48,14 @@ def scalars(kind: str, fields: dict) -> list[tuple[str, float]]:
 
 class Board:
     """`MetricsLog` ``metrics`` whose records also go to TensorBoard event files in ``folder`` (the
-    sample text from ``sample_file`` with the end record). Anything else is the metrics log's."""
+    sample text from ``sample_file`` with the end record). Anything else is the metrics log's.
+    Needs tensorboardX::
+
+        run = Path("runs/x")
+        board = Board(MetricsLog(run / "metrics.jsonl"), run / "tensorboard", run / "sample.txt")
+        board.write("train", step=10, loss=2.1, bpc=3.0, lr=0.002)  # a line in metrics.jsonl, 3 scalars
+        board.close()                                                  # the event file is complete
+    """
 
     def __init__(self, metrics, folder: Path, sample_file: Path):
         from tensorboardX import SummaryWriter  # checked by `mirrored`

@@ -7,11 +7,12 @@
 With ``--text``, prints the text with one row of marks per layer (``|`` where z = 1 after reading that
 character) and writes a self-contained HTML page (no scripts, no external files) to
 RUN_DIR/boundaries.html, and beside it a PNG with the word starts marked (`train.boundary_picture`;
-with matplotlib, the ``plot`` extra). With ``--file``, reads the whole file (a Penn Treebank character file when the
-run's corpus is ``ptb``) with the state carried over ``B`` contiguous streams and prints each layer's
-rate of z = 1 by position in the word: on separators (whitespace, ``_``), on first letters, second
-letters, and so on; both z = 1 after reading the character and FLUSH on it (z = 1 after the character
-before: the layer starts a new segment there, and the layer above was updated with the last one).
+with matplotlib, the ``plot`` extra). With ``--file``, reads the whole file (a Penn Treebank character
+file when the run's corpus is ``ptb``) with the state carried over ``B`` contiguous streams and prints
+each layer's rate of z = 1 by position in the word: on separators (whitespace, ``_``), on first
+letters, second letters, and so on; both z = 1 after reading the character and FLUSH on it (z = 1
+after the character before: the layer starts a new segment there, and the layer above was updated
+with the last one).
 """
 from __future__ import annotations
 
@@ -207,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--text", help="the text to read and mark")
     source.add_argument("--file", help="a whole file: print the rate of z = 1 by position in the word")
     parser.add_argument("--batch-size", type=int, default=32, help="streams for --file (default 32)")
-    parser.add_argument("--html", default=None, help="where to write the page (default RUN_DIR/boundaries.html; "
-                                                     "the PNG goes beside it)")
+    parser.add_argument("--html", default=None,
+                        help="where to write the page (default RUN_DIR/boundaries.html; the PNG goes beside it)")
     parser.add_argument("--width", type=int, default=80, help="characters per terminal row")
     add_run_arguments(parser)
     args = parser.parse_args(argv)

@@ -28,7 +28,13 @@ def word_starts(symbols: list[str]) -> list[int]:
 
 
 def matplotlib_missing() -> bool:
-    """Whether matplotlib cannot be imported (then there is no picture)."""
+    """Whether matplotlib cannot be imported (then there is no picture).
+
+    >>> import sys, unittest.mock
+    >>> with unittest.mock.patch.dict(sys.modules, {"matplotlib": None}):
+    ...     matplotlib_missing()
+    True
+    """
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -39,7 +45,10 @@ def matplotlib_missing() -> bool:
 def render_png(symbols: list[str], z: np.ndarray, target: str | Path, title: str = "HM-LSTM boundaries",
                width: int = 80) -> list[int]:
     """Draw ``symbols`` with each layer's z = 1 (``z`` of shape (len(symbols), layers)) to PNG file
-    ``target``, in rows of ``width`` characters; returns the word starts it marked."""
+    ``target``, in rows of ``width`` characters; returns the word starts it marked. Needs matplotlib::
+
+        render_png(list("the cat"), np.array([[0], [0], [1], [1], [0], [0], [1]]), "z.png")  # [0, 4]
+    """
     import matplotlib
 
     matplotlib.use("Agg")

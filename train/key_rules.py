@@ -92,7 +92,12 @@ def resets(cfg, **changes) -> list[str]:
 
 
 def problems(cfg) -> list[str]:
-    """Why the keys of ``cfg`` do not agree with each other, one line each (empty when they do)."""
+    """Why the keys of ``cfg`` do not agree with each other, one line each (empty when they do).
+
+    >>> from minflux_train.config import Config, TrainConfig
+    >>> print(problems(Config(train=TrainConfig(batch_size=4, seq_len=10, eval_chars=20)))[0])
+    train.eval_chars = 20 is too few to mean anything: validation cuts them into 4 streams ...; use at least 40 (or 0: the whole split)
+    """
     out = []
     for key in meaningless(cfg):
         selector, values = APPLIES_TO[key]

@@ -118,7 +118,8 @@ class Trainer:
         self.best_bpc: float | None = None
         self.elapsed = 0.0
         self.meter = Meter()
-        self.metrics = self.parallel.metrics(mirrored(MetricsLog(run.metrics), cfg, run, self.parallel.is_main))
+        log_file = mirrored(MetricsLog(run.metrics), cfg, run, self.parallel.is_main)  # train.tensorboard
+        self.metrics = self.parallel.metrics(log_file)
         self.stop = StopFlag()
         self.begun = False
         self.boundary_watch = BoundaryWatch()
@@ -239,8 +240,9 @@ class Trainer:
         """One step (`train.step`): compiled or eager in one process; over MPI ranks the gradients are
         averaged between the backward pass and the update, so there the step runs eagerly."""
         inputs, targets = mf.to_device((window.inputs, window.targets), self.device)
-        rate = rate_as_data(self.opt_state, self.schedule.rate(self.position.step)) if self.schedule.per_step \
-            else contextlib.nullcontext()
+        rate = contextlib.nullcontext()
+        if self.schedule.per_step:
+            rate = rate_as_data(self.opt_state, self.schedule.rate(self.position.step))
         with slope_as_data(self.model) as slope, rate:
             if self.parallel.size == 1:
                 try:

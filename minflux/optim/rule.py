@@ -122,7 +122,12 @@ def group_names(count: int) -> list[str]:
 
 @contextlib.contextmanager
 def naming_group(names: list[str]):
-    """Within the block, `group_names` answers ``names`` (`optim.update` around ``apply_all``)."""
+    """Within the block, `group_names` answers ``names`` (`optim.update` around ``apply_all``).
+
+    >>> with naming_group(["layers.0.W", "b"]):
+    ...     group_names(2)
+    ['layers.0.W', 'b']
+    """
     token = _GROUP_NAMES.set(tuple(names))
     try:
         yield

@@ -15,7 +15,7 @@ from minflux.files import atomic_path
 from .cli import command, prog
 from .metrics import MetricsLog
 
-MISSING = ("python -m train.plot needs matplotlib, which is not installed. Install it with\n"
+MISSING = ("{program} needs matplotlib, which is not installed. Install it with\n"
            "    pip install 'minflux[plot]'     (or: pip install matplotlib)\n"
            "The numbers themselves are in {metrics} (one JSON object per line).")
 
@@ -55,7 +55,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     try:
         import matplotlib
     except ImportError as exc:
-        raise ImportError(MISSING.format(metrics=metrics.path)) from exc
+        raise ImportError(MISSING.format(program=prog("train.plot"), metrics=metrics.path)) from exc
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

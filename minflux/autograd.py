@@ -13,10 +13,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .runtime.allocator import prepare_process
 from .backend import get_array_module, is_array, scatter_add
 from .product_gradient import ProductGradient
-from .schedule import operation
+from .runtime.allocator import prepare_process
+from .schedule import Traced, operation
 from .tensor import Tensor
 from .tree import map_arrays
 
@@ -312,7 +312,10 @@ def is_seed_broadcast(g) -> bool:
     seed = getattr(_local, "seed", None)
     if seed is None or any(g.strides):
         return False
-    seed, g = getattr(seed, "_value", seed), getattr(g, "_value", g)  # recorded arrays: their values
+    if seed.__class__ is Traced:   # recorded arrays: the arrays of the recording call
+        seed = seed.recorded_value
+    if g.__class__ is Traced:
+        g = g.recorded_value
     while g is not None:
         if g is seed:
             return True

@@ -77,7 +77,7 @@ def is_array(x: Any) -> bool:
     >>> mf.is_array(np.zeros(2)), mf.is_array([0.0])
     (True, False)
     """
-    return isinstance(x, np.ndarray) or is_cupy_array(x) or (x.__class__ is Traced and is_array(x._value))
+    return isinstance(x, np.ndarray) or is_cupy_array(x) or (x.__class__ is Traced and is_array(x.recorded_value))
 
 
 def as_array(xp, x, dtype=None):
@@ -102,7 +102,7 @@ def is_numpy_array(x: Any) -> bool:
     (True, False)
     """
     cls = x.__class__
-    return cls is np.ndarray or (cls is Traced and x._value.__class__ is np.ndarray)
+    return cls is np.ndarray or (cls is Traced and x.recorded_value.__class__ is np.ndarray)
 
 
 def gpu_available() -> bool:
@@ -135,7 +135,7 @@ def get_array_module(*xs: Any, op: str = "this operation"):
     for x in xs:
         x = unwrap(x)
         if x.__class__ is Traced:   # an array being recorded: the module of the array it stands for
-            x = x._value
+            x = x.recorded_value
         if isinstance(x, np.ndarray):
             found_numpy = x
         elif isinstance(x, _cupy.ndarray):

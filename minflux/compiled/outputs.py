@@ -66,7 +66,7 @@ def template(result, outs: list, containers: dict):
             outs.append(x)
             return _Output(len(outs) - 1)
         if x.__class__ is TracedGenerator:
-            x = x._value
+            x = x.recorded_value
         place = containers.get(id(x))
         if place is not None:
             return _Argument(place)

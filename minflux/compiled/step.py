@@ -253,10 +253,10 @@ class CompiledStep:
             rec.close()
             raise
         rec.close()
-        real = fill(shape, [t._value for t in outs], roots)
+        real = fill(shape, [t.recorded_value for t in outs], roots)
         entry.settling += 1
         if fusion_changes() == before:
-            entry.replay = Replay(rec, [t._slot for t in outs] + [slot for _, slot in writes], _planned)
+            entry.replay = Replay(rec, [t.slot for t in outs] + [slot for _, slot in writes], _planned)
             entry.writes, entry.template, entry.n_outputs = writes, shape, len(outs)
             self._count_recording(flat.key, entry)
         elif entry.settling >= MAX_SETTLING_CALLS:
@@ -275,10 +275,10 @@ class CompiledStep:
             for place in places:
                 now = guard.get(call_args, place)
                 if now is t:
-                    guard.put(call_args, place, t._value)
+                    guard.put(call_args, place, t.recorded_value)
                 elif isinstance(now, Traced):
-                    guard.put(call_args, place, now._value)
-                    moved.append((place, now._slot))
+                    guard.put(call_args, place, now.recorded_value)
+                    moved.append((place, now.slot))
             by_slot: dict = {}
             for place, slot in moved:
                 by_slot.setdefault(slot, []).append(place)

@@ -198,7 +198,7 @@ def _replayed_launch(cf: CompiledFunction, dual: DualFunction, arrays: list, flo
     return None
 
 
-@operation(replayed=_replayed_launch, results="new")
+@operation(replayed=_replayed_launch, results="new", replayed_results="out")
 def _launch(cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype, shape: tuple) -> list:
     """One evaluation of ``dual`` on the current backend, the loop-cap check included."""
     xp = get_array_module(*arrays)
@@ -217,7 +217,6 @@ class _Replayed:
     output to allocate), as `schedule.buffers` plans them."""
 
     __slots__ = ("launcher", "signature")
-    __minflux_results__ = "out"
 
     def __init__(self, launcher, signature: tuple):
         self.launcher, self.signature = launcher, signature

@@ -19,7 +19,7 @@ arguments or views of them and keeps nothing. Operations declare theirs (``opera
 >>> rec = Recording("f")
 >>> x = rec.input(np.ones(1000))
 >>> y = np.negative(np.exp(x) + 1.0) * 2.0     # exp's result dies when the sum is made: reused
->>> plan = plan_buffers(rec, [y._slot])
+>>> plan = plan_buffers(rec, [y.slot])
 >>> sorted(plan.outs), plan.nbytes // 8000          # exp, add and negative write into two buffers' room
 ([0, 1, 2], 2)
 """
@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .recorder import Recording, Ref
+from .recorder import Declared, Recording, Ref
 from .traced import _METHOD_CALLERS
 
 OUT, NEW, VIEWS = "out", "new", "views"
@@ -58,12 +58,14 @@ _METHODS = {
 _ATTRIBUTE_GETTERS = {repr(operator.attrgetter(name)) for name in ("T", "mT", "real", "imag")}
 
 
-def kind(fn, args: tuple, kwargs: dict) -> str | None:
-    """How ``fn(*args, **kwargs)`` treats the arrays it gets (see the module docstring); None when
-    unknown.
+def kind(fn, args: tuple, kwargs: dict, declared: Declared | None = None) -> str | None:
+    """How ``fn(*args, **kwargs)`` treats the arrays it gets (see the module docstring), an
+    operation's by what it ``declared``; None when unknown.
 
     >>> kind(np.add, (1, 2), {}), kind(np.add, (1, 2), {"out": 3}), kind(print, (), {})
     ('out', 'views', None)
+    >>> kind(print, (), {}, Declared("new"))
+    'new'
     """
     if "out" in kwargs:
         return VIEWS   # it writes into a given array and returns that
@@ -71,9 +73,8 @@ def kind(fn, args: tuple, kwargs: dict) -> str | None:
         if len(args) > fn.nin or "where" in kwargs:
             return VIEWS
         return OUT if fn.nout == 1 else NEW
-    declared = getattr(fn, "__minflux_results__", None)
     if declared is not None:
-        return declared
+        return declared.results
     try:
         found = _FUNCTIONS.get(fn)
     except TypeError:   # an unhashable callable
@@ -124,13 +125,13 @@ def plan_buffers(recording: Recording, outputs: list[int]) -> Plan:
                     last[b] = i
         if step.out is None and reached is empty:
             continue
-        how = kind(step.fn, step.args, step.kwargs)
+        how = kind(step.fn, step.args, step.kwargs, step.declared)
         if how is None:
             barred |= reached
         if step.out is None:
             continue
         if how == VIEWS and reached:
-            viewed = getattr(step.fn, "__minflux_views_of__", None)
+            viewed = step.declared.views_of if step.declared is not None else None
             if viewed is not None:
                 reached = _shared_by(viewed, step.args, step.kwargs, shares)
         if how == OUT and step.out.__class__ is not Ref and not _flat(step.out):

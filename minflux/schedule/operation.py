@@ -22,11 +22,16 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from typing import Callable
 
+from .recorder import Declared
 from .traced import Traced
 
-__all__ = ["operation", "recording_of"]
+__all__ = ["declared", "operation", "recording_of"]
+
+_DECLARED: "weakref.WeakKeyDictionary[Callable, Declared]" = weakref.WeakKeyDictionary()
+"""Operation (the wrapper `operation` returns) -> what it declared of its arrays."""
 
 
 def recording_of(x):
@@ -53,8 +58,21 @@ def recording_of(x):
     return None
 
 
-def operation(fn: Callable | None = None, *, replayed: Callable | None = None,
-              results: str | None = None, views_of: tuple = ()) -> Callable:
+def declared(op: Callable) -> Declared | None:
+    """What operation ``op`` declared of the arrays it gets (see `operation`), or None.
+
+    >>> import numpy as np
+    >>> declared(operation(np.negative, results="new")), declared(operation(np.negative))
+    (Declared(results='new', views_of=None), None)
+    """
+    try:
+        return _DECLARED.get(op)
+    except TypeError:   # not a function an operation could be
+        return None
+
+
+def operation(fn: Callable | None = None, *, replayed: Callable | None = None, results: str | None = None,
+              views_of: tuple = (), replayed_results: str | None = None) -> Callable:
     """``fn`` as one step of a recorded schedule (see the module docstring); unchanged otherwise.
 
     ``replayed(*args, **kwargs)``, when given, is asked once while recording (after ``fn`` ran on
@@ -67,31 +85,38 @@ def operation(fn: Callable | None = None, *, replayed: Callable | None = None,
     return its arguments or views of them and keeps none, ``"out"`` if it returns new arrays and
     writes them into ``out=`` when given (an array, or a list with None for an output left new).
     Undeclared, its arrays get memory of their own on every call. ``views_of`` names the parameters
-    a ``"views"`` operation may return (or views of), when not all of them.
+    a ``"views"`` operation may return (or views of), when not all of them. ``replayed_results``
+    declares the results of the callable ``replayed`` gives as ``results`` does ``fn``'s (by default
+    the same). The declaration is kept with the operation (`declared`); ``fn`` itself is left as it is.
 
     >>> import numpy as np
     >>> operation(np.negative)(np.ones(1))
     array([-1.])
     """
-    if results not in (None, "new", "views", "out"):
-        raise ValueError(f"operation: results must be 'new', 'views' or 'out', got {results!r}")
+    for given in (results, replayed_results):
+        if given not in (None, "new", "views", "out"):
+            raise ValueError(f"operation: results must be 'new', 'views' or 'out', got {given!r}")
     if fn is None:
-        return lambda f: operation(f, replayed=replayed, results=results, views_of=views_of)
-    if results is not None:
-        fn.__minflux_results__ = results
+        return lambda f: operation(f, replayed=replayed, results=results, views_of=views_of,
+                                   replayed_results=replayed_results)
+    viewed = None
     if views_of:
         names = list(inspect.signature(fn).parameters)
         unknown = [n for n in views_of if n not in names]
         if unknown:
             raise ValueError(f"operation: views_of names {unknown}, which {fn.__name__} does not take")
-        fn.__minflux_views_of__ = (tuple(names.index(n) for n in views_of), tuple(views_of))
+        viewed = (tuple(names.index(n) for n in views_of), tuple(views_of))
+    own = Declared(results, viewed) if results is not None else declared(fn)   # an operation's, kept
+    instead = Declared(replayed_results, viewed) if replayed_results is not None else own
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
         recording = recording_of(args) or (recording_of(kwargs) if kwargs else None)
         if recording is None:
             return fn(*args, **kwargs)
-        return recording.call(fn, args, kwargs, replayed=replayed)
+        return recording.call(fn, args, kwargs, declared=own, replayed=replayed, replayed_declared=instead)
 
     run.__wrapped_operation__ = fn
+    if own is not None:
+        _DECLARED[run] = own
     return run

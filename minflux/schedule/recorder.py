@@ -16,6 +16,7 @@ a replay could not follow a decision made on the values of the recording call.
 """
 from __future__ import annotations
 
+import contextvars
 import os
 import sys
 import weakref
@@ -23,11 +24,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-try:   # numpy 2 keeps its error state in a context variable whose value changes with every change
-    from numpy._core._ufunc_config import _extobj_contextvar as _ERROR_STATE
-except ImportError:   # numpy 1: read the state at every step
-    _ERROR_STATE = None
-
+_STATE_IN_CONTEXT = int(np.__version__.split(".")[0]) >= 2
+"""Whether numpy keeps its error state in context variables (numpy 2) rather than per thread."""
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NUMPY = os.path.dirname(os.path.abspath(np.__file__))
 
@@ -47,11 +45,25 @@ class Ref(NamedTuple):
     slot: int
 
 
+class Declared(NamedTuple):
+    """What an operation declares of the arrays it gets, for the buffers of a replay (`buffers`):
+    ``results`` is ``"new"``, ``"views"`` or ``"out"``; ``views_of`` the positions and the names of
+    the parameters a ``"views"`` operation may return (or views of), None for all of them.
+
+    >>> Declared("views", ((1,), ("b",))).views_of
+    ((1,), ('b',))
+    """
+
+    results: str
+    views_of: tuple | None = None
+
+
 class Step(NamedTuple):
     """One recorded operation: ``out = fn(*args, **kwargs)`` under numpy error state ``errstate``.
 
     ``args`` and ``kwargs`` hold `Ref` in place of traced arrays (inside lists, tuples and dicts too);
-    ``out`` mirrors the result the same way, with None where it holds no array.
+    ``out`` mirrors the result the same way, with None where it holds no array; ``declared`` is what
+    the operation ``fn`` declared of its arrays (`Declared`), None when it declared nothing.
     """
 
     fn: Callable
@@ -59,6 +71,7 @@ class Step(NamedTuple):
     kwargs: dict
     out: Any
     errstate: tuple
+    declared: Declared | None = None
 
 
 def user_line() -> str:
@@ -98,7 +111,7 @@ class Recording:
         self.closed = False
         self.layouts: dict[int, tuple] = {}   # slot -> (shape, dtype) of a C-contiguous numpy array of fixed shape
         self._by_id: dict[int, weakref.ref] = {}   # id(real array) -> its Traced, while both live
-        self._error_state = (object(), None)        # (numpy's state object, its items)
+        self._error_state = (None, ())              # (the context or np.geterr() read last, its items)
         follow_conversions(True)
         self._unfollow = weakref.finalize(self, follow_conversions, False)   # at close, or if never closed
 
@@ -136,13 +149,15 @@ class Recording:
                 "in a global, a closure or an attribute?); use the arrays the compiled function returns")
 
     # -- steps --------------------------------------------------------------------------------
-    def call(self, fn: Callable, args: tuple, kwargs: dict, replayed: Callable | None = None,
-             scalars: bool = False):
+    def call(self, fn: Callable, args: tuple, kwargs: dict, scalars: bool = False,
+             declared: Declared | None = None, replayed: Callable | None = None,
+             replayed_declared: Declared | None = None):
         """Run ``fn`` on the real arrays behind ``args``/``kwargs`` and record it as one step.
 
-        ``replayed``, when given, may name a callable to record in ``fn``'s place (`operation`);
         ``scalars`` lets ``fn`` give Python numbers (a generator's scalar draw, Python arithmetic on
-        one), which become stand-ins too.
+        one), which become stand-ins too. An `operation` passes what it declared of ``fn``
+        (``declared``), and ``replayed``, which may give a callable to record in ``fn``'s place, with
+        what it declares of that one (``replayed_declared``).
         """
         self.check_open()
         found: list = []
@@ -151,14 +166,31 @@ class Recording:
         result = fn(*raw_args, **raw_kwargs)
         wrapped, out = self.adopt(result, fn, scalars)
         if replayed is not None:
-            fn = replayed(*raw_args, **raw_kwargs) or fn
-        self.steps.append(Step(fn, ref_args, ref_kwargs, out, self._errstate()))
+            instead = replayed(*raw_args, **raw_kwargs)
+            if instead is not None:
+                fn, declared = instead, replayed_declared
+        self.steps.append(Step(fn, ref_args, ref_kwargs, out, self._errstate(), declared))
         return wrapped
 
     def _errstate(self) -> tuple:
-        now = _ERROR_STATE.get() if _ERROR_STATE is not None else None
-        if now is None or now is not self._error_state[0]:
-            self._error_state = (now, tuple(sorted(np.geterr().items())))
+        """numpy's error state now, as sorted items; the same tuple while it stays the same.
+
+        numpy 2 stores the state in context variables (as its documentation says), so while the
+        context equals the last step's -- a pointer compare until anything sets a context variable --
+        the state is the one read then; numpy 1 keeps it per thread, and it is read at every step.
+        """
+        if _STATE_IN_CONTEXT:
+            context = contextvars.copy_context()
+            try:
+                if context == self._error_state[0]:
+                    return self._error_state[1]
+            except Exception:   # a context variable holding a value that does not compare (an array)
+                pass
+            self._error_state = (context, tuple(sorted(np.geterr().items())))
+            return self._error_state[1]
+        now = np.geterr()
+        if now != self._error_state[0]:
+            self._error_state = (now, tuple(sorted(now.items())))
         return self._error_state[1]
 
     def _unwrap(self, x, found: list):

@@ -17,7 +17,7 @@ return the output slots as a list.
 >>> rec = Recording("f")
 >>> x = rec.input(np.ones(2))
 >>> y = np.exp(x) + 1.0
->>> replay = Replay(rec, [y._slot])
+>>> replay = Replay(rec, [y.slot])
 >>> replay([np.zeros(2)])
 [array([2., 2.])]
 >>> print(replay.source)

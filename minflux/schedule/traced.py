@@ -79,8 +79,14 @@ _ATTRIBUTES = {name: operator.attrgetter(name) for name in ("T", "mT", "real", "
 
 
 class Traced:
-    """A recorded array (see the module docstring). ``_value`` is the real array of the recording
-    call (or the Python number a generator drew), ``_slot`` its place in the recording."""
+    """A recorded array (see the module docstring): `recorded_value` is the real array of the
+    recording call (or the Python number a generator drew), `slot` its place in the recording.
+
+    >>> from minflux.schedule.recorder import Recording
+    >>> x = Recording("f").input(np.zeros(2))
+    >>> x.slot, x.recorded_value
+    (0, array([0., 0.]))
+    """
 
     __slots__ = ("_value", "_slot", "_recording", "__weakref__")
     __array_priority__ = 2000
@@ -88,6 +94,17 @@ class Traced:
 
     def __init__(self, value, slot: int, recording):
         self._value, self._slot, self._recording = value, slot, recording
+
+    @property
+    def recorded_value(self):
+        """The real array (or number) this stands for in the recording call (read-only)."""
+        return self._value
+
+    @property
+    def slot(self) -> int:
+        """Its place in the recording: what a step's `Ref` and a replay's inputs and outputs name
+        (read-only)."""
+        return self._slot
 
     # -- numpy's protocols ----------------------------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):

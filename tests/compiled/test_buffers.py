@@ -10,6 +10,8 @@ import pytest
 import minflux as mf
 from minflux.schedule import Recording, Replay
 from minflux.schedule.buffers import NEW, OUT, VIEWS, kind
+from minflux.schedule.operation import declared
+from minflux.schedule.recorder import Declared
 from minflux.schedule.replay import COMPILE_AFTER
 
 N = 1000
@@ -19,7 +21,7 @@ def recorded(fn, x):
     """The `Replay` of ``fn`` recorded on ``x`` and the slots of its intermediates in order."""
     rec = Recording("f")
     out = fn(rec.input(x.copy()))
-    replay = Replay(rec, [out._slot])
+    replay = Replay(rec, [out.slot])
     rec.close()
     return replay
 
@@ -57,7 +59,7 @@ def test_the_buffers_are_planned_once_with_the_straight_line_function_and_announ
     rec = Recording("f")
     y = np.exp(rec.input(np.zeros(N))) * 2.0
     told = []
-    replay = Replay(rec, [y._slot], after_planning=told.append)
+    replay = Replay(rec, [y.slot], after_planning=told.append)
     rec.close()
     results = both_forms(replay, np.ones(N))
     replay([np.ones(N)])
@@ -193,8 +195,8 @@ def test_an_operation_declares_its_results_or_is_refused():
     def second(a, b):
         return b
 
-    assert second.__wrapped_operation__.__minflux_results__ == VIEWS
-    assert second.__wrapped_operation__.__minflux_views_of__ == ((1,), ("b",))
+    assert declared(second) == Declared(VIEWS, ((1,), ("b",)))
+    assert vars(second.__wrapped_operation__) == {}   # the function itself is left as it was
     with pytest.raises(ValueError, match="results must be 'new', 'views' or 'out'"):
         mf.operation(results="fresh")(lambda a: a)
     with pytest.raises(ValueError, match=r"views_of names \['c'\], which second does not take"):

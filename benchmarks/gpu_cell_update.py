@@ -71,7 +71,7 @@ def minflux_gradient(arrays, mode: str):
 
 def minflux_kernel(arrays):
     """The fused kernel alone: value and four partials, as the tape's broadcast node receives them."""
-    from minflux.compiler.compiled import compiled
+    from minflux.compiler import compiled
 
     kinds = ("f",) * 6
     shape = arrays[2].shape

@@ -13,10 +13,9 @@ from .backend import (DeviceError, default_dtype, get_array_module, gpu_availabl
 from .compiled import CompiledStep, ReplayMismatch, compile
 from .runtime import SettingError
 from .schedule import NotReplayable, operation
-from .compiler.compiled import get_elementwise_backend, set_elementwise_backend
-from .compiler.errors import CompileError
+from .compiler import CompileError, get_elementwise_backend, set_elementwise_backend
 from .runtime.threads import get_num_threads, set_num_threads
-from .compiler.loop_limit import LoopLimitError, get_max_loop_iterations, set_max_loop_iterations
+from .compiler import LoopLimitError, get_max_loop_iterations, set_max_loop_iterations
 from .device import to_device
 from .dlpack import from_dlpack
 from .io import load, save

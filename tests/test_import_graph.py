@@ -1,5 +1,9 @@
-"""The package's import structure: no cycles inside minflux, the compiler a pure bottom layer, and
-models/ and train/ imported by their installed names, minflux_models and minflux_train.
+"""The package's import structure: no cycles inside minflux; the runtime at the bottom, importing
+only itself (and the atomic writes and version of `minflux.files` and `minflux._version`); the
+compiler above it, importing only itself, the runtime and `minflux.backend`, and reached from the
+rest of minflux only through its face (`minflux/compiler/__init__.py`); recorded schedules importing
+nothing else of minflux; and models/ and train/ imported by their installed names, minflux_models and
+minflux_train.
 
 Imports are read from the source with `ast` (top-level and function-level alike), so the check
 does not depend on what happens to be imported when the test runs.
@@ -13,11 +17,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "minflux"
-COMPILER = "minflux.compiler"
-COMPILER_MAY_IMPORT = {"minflux.backend", "minflux.files", "minflux._version", "minflux.schedule"}
-SCHEDULE = "minflux.schedule"   # recorded schedules: below the compiler, importing nothing of minflux
 RUNTIME = "minflux.runtime"     # settings, threads, kernel loading, the allocator, the product provider
 RUNTIME_MAY_IMPORT = {"minflux.files", "minflux._version"}   # atomic writes and the version in cache keys
+COMPILER = "minflux.compiler"   # the scalar-function compiler; its __init__ is its face
+COMPILER_MAY_IMPORT = {"minflux.backend"}   # the array module of the values it is given
+SCHEDULE = "minflux.schedule"   # recorded schedules, importing nothing else of minflux
+
+
+def inside(module: str, package: str) -> bool:
+    """True when ``module`` is ``package`` or one of its modules."""
+    return module == package or module.startswith(package + ".")
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -101,47 +110,66 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_the_checker_finds_a_cycle_and_an_upward_import(tmp_path):
+def test_the_checker_finds_a_cycle_an_upward_import_and_an_inner_module(tmp_path):
     pkg = tmp_path / "minflux"
     (pkg / "compiler").mkdir(parents=True)
     (pkg / "__init__.py").write_text("from . import a\n")
     (pkg / "a.py").write_text("def f():\n    from .b import g\n")
-    (pkg / "b.py").write_text("from minflux.a import f\n")
-    (pkg / "compiler" / "__init__.py").write_text("")
+    (pkg / "b.py").write_text("from minflux.a import f\nfrom .compiler import g\n")
+    (pkg / "c.py").write_text("from .compiler.ir import h\n")
+    (pkg / "compiler" / "__init__.py").write_text("g = 1\n")
     (pkg / "compiler" / "ir.py").write_text("from ..a import f\n")
     graph = import_graph(pkg)
     assert cycles(graph) == [["minflux.a", "minflux.b"]]
     assert graph["minflux.compiler.ir"] == {"minflux.a"}
+    assert graph["minflux.b"] == {"minflux.a", "minflux.compiler"}
+    assert graph["minflux.c"] == {"minflux.compiler", "minflux.compiler.ir"}
 
 
 def test_no_import_cycles_inside_minflux():
     assert cycles(import_graph()) == []
 
 
-def test_the_compiler_imports_only_itself_backend_files_and_version():
-    graph = import_graph()
-    upward = {(m, t) for m, targets in graph.items() if m.startswith(COMPILER)
-              for t in targets if not t.startswith((COMPILER, SCHEDULE, RUNTIME)) and t not in COMPILER_MAY_IMPORT}
-    assert upward == set()
-
-
 def test_the_runtime_imports_only_itself_files_and_version():
     graph = import_graph()
-    assert {m for m in graph if m.startswith(RUNTIME)} >= {RUNTIME, RUNTIME + ".settings", RUNTIME + ".threads"}
-    upward = {(m, t) for m, targets in graph.items() if m.startswith(RUNTIME)
-              for t in targets if not t.startswith(RUNTIME) and t not in RUNTIME_MAY_IMPORT}
+    assert {m for m in graph if inside(m, RUNTIME)} >= {RUNTIME, RUNTIME + ".settings", RUNTIME + ".threads"}
+    upward = {(m, t) for m, targets in graph.items() if inside(m, RUNTIME)
+              for t in targets if not inside(t, RUNTIME) and t not in RUNTIME_MAY_IMPORT}
     assert upward == set()
+
+
+def test_the_compiler_imports_only_itself_the_runtime_and_backend():
+    """Nothing of tapes, Tensors, recorded schedules or any layer built on the compiler."""
+    graph = import_graph()
+    upward = {(m, t) for m, targets in graph.items() if inside(m, COMPILER)
+              for t in targets if not inside(t, COMPILER) and not inside(t, RUNTIME) and t not in COMPILER_MAY_IMPORT}
+    assert upward == set()
+
+
+def test_code_outside_the_compiler_imports_only_its_face():
+    """`minflux.compiler`, never `minflux.compiler.<module>` (tests may look inside)."""
+    graph = import_graph()
+    inner = {(m, t) for m, targets in graph.items() if not inside(m, COMPILER)
+             for t in targets if inside(t, COMPILER) and t != COMPILER}
+    assert inner == set()
+
+
+def test_the_compiler_face_exports_what_it_names():
+    import minflux.compiler as face
+
+    assert [name for name in face.__all__ if not hasattr(face, name)] == []
 
 
 def test_recorded_schedules_import_nothing_else_of_minflux():
     graph = import_graph()
-    upward = {(m, t) for m, targets in graph.items() if m.startswith(SCHEDULE)
-              for t in targets if not t.startswith(SCHEDULE)}
+    upward = {(m, t) for m, targets in graph.items() if inside(m, SCHEDULE)
+              for t in targets if not inside(t, SCHEDULE)}
     assert upward == set()
 
 
 @pytest.mark.parametrize("module", ["minflux.pointwise", "minflux.runtime.kernel_cache",
-                                    "minflux.pointwise.functions", "minflux.compiler.compiled"])
+                                    "minflux.pointwise.functions", "minflux.pointwise.launch",
+                                    "minflux.compiler.compiled_function", "minflux.runtime.gemm_report"])
 def test_modules_import_by_their_path(module):
     import importlib
 

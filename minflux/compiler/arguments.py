@@ -2,7 +2,7 @@
 values as arrays of their kinds' dtypes, and the shape they broadcast to.
 
 `classify` looks at one value; `prepare` does the whole job for a call's values (the path of
-`minflux.compiler.compiled.compiled` functions, which meet new values at every call); a function
+`minflux.compiler.compiled` functions, which meet new values at every call); a function
 built from expressions (`minflux.compiler.expressions`) classifies each argument when the argument is
 made and converts it once, when the function runs.
 

@@ -4,7 +4,7 @@ The transformed IR of a call (`minflux.compiler.dual`) is printed as one CUDA C 
 (`minflux.compiler.cuda_codegen`): real branches and loops, dual variables as registers. A CuPy
 ``ElementwiseKernel`` calls it once per element, so CuPy broadcasts the arguments (including 0-d
 arrays for Python numbers) and one pass over memory writes every output and every partial.
-`minflux.compiler.compiled` selects this backend when the arguments are CuPy arrays.
+`minflux.compiler.compiled_function` selects this backend when the arguments are CuPy arrays.
 
 Kernels are cached per transformed function by the compiled function that owns them; CuPy caches the compiled binaries on disk
 (``~/.cupy/kernel_cache``) by source text, so a new process only pays for NVRTC once per kernel.

@@ -24,11 +24,13 @@ True
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from ..backend import get_array_module
 from .arguments import classify, converted, float_dtype_of
-from .compiled import CompiledFunction
+from .compiled_function import CompiledFunction
 from .frontend import Parsed
 from .ir import Assign, Call, Const, Function, Return, Var, const_kind, result_kind
 from .rules import TABLE, Primitive
@@ -288,9 +290,10 @@ class ExpressionFunction:
         return Function(self.name, params, body, temps={f"t{i}" for i in range(len(self.calls))},
                         subroutines=subroutines, n_outputs=len(self.outputs))
 
-    def run(self, float_dtype=None, mode: str = "auto"):
+    def run(self, float_dtype=None, mode: str = "auto", launch: Callable | None = None):
         """Evaluate the function on its arguments; returns ``(dual, outputs)`` as
-        `CompiledFunction.run` does: the outputs, then one partial per entry of ``dual.slots``.
+        `CompiledFunction.run` does (``launch`` too): the outputs, then one partial per entry of
+        ``dual.slots``.
 
         The arguments are converted here, once, to their kinds' dtypes in the kernel's float type:
         ``float_dtype``, or the float arguments' promoted type (float64 without any).
@@ -303,5 +306,5 @@ class ExpressionFunction:
         else:
             float_dtype = np.dtype(float_dtype)
         arrays, shape = converted(values, self.kinds, float_dtype, xp, self.name)
-        return self.compiled.run(arrays, self.kinds, float_dtype, self.wrt, shape, mode)
+        return self.compiled.run(arrays, self.kinds, float_dtype, self.wrt, shape, mode, launch)
 

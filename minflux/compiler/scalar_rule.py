@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
-from .compiled import compiled, primal
+from .compiled_function import compiled, primal
 from .errors import CompileError
 from .kinds import infer_kinds
 from .rules import define
@@ -74,6 +74,7 @@ class ScalarRule:
     one factory (``make(2.0)`` and ``make(3.0)`` of the same ``def``) keep their own values and
     derivatives in the table, in fused expressions and in every kernel cache; rows stay in the table
     for the life of the process (a deferred expression may still name a rule whose function is gone).
+    ``launch`` runs the primal kernel on arrays (as in `CompiledFunction.run`).
 
     >>> import numpy as np
     >>> from minflux.compiler.rules import TABLE
@@ -84,8 +85,9 @@ class ScalarRule:
     (True, array([2.]), array([3.]))
     """
 
-    def __init__(self, fn: Callable, partials: tuple):
+    def __init__(self, fn: Callable, partials: tuple, launch: Callable | None = None):
         self.fn = fn
+        self.launch = launch
         self.arity = fn.__code__.co_argcount
         if len(partials) > self.arity:
             raise TypeError(f"scalar_rule got {len(partials)} derivative rules for {fn.__qualname__}, "
@@ -100,7 +102,7 @@ class ScalarRule:
 
     def impl(self, xp, *args):
         """The function's value on arrays: its primal kernel."""
-        return primal(self.fn, *args)
+        return primal(self.fn, *args, launch=self.launch)
 
     def subroutines(self) -> dict:
         """The typed primal IR of this function (and of the rules it calls), by primitive name."""

@@ -21,7 +21,7 @@ import threading
 import numpy as np
 
 from ..backend import is_numpy_array
-from ..compiler.compiled import get_elementwise_backend
+from ..compiler import get_elementwise_backend
 from ..runtime.pointers import pointers
 
 _HEADER = '''"""A minflux layer-norm row kernel ({name}, {float_type}). Do not edit."""

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..autograd import active_tape
 from ..backend import get_array_module
-from ..compiler.rules import TABLE, ArrayMath
+from ..compiler import TABLE, ArrayMath
 from ..schedule import operation
 from ..tensor import Tensor, unwrap
 from .node import broadcast_node

@@ -11,9 +11,9 @@ import functools
 from typing import Callable
 
 from ..autograd import active_tape
-from ..compiler.compiled import compiled, prepare
-from ..compiler.scalar_rule import ScalarRule
+from ..compiler import ScalarRule, compiled, prepare
 from ..tensor import Tensor, unwrap
+from .launch import launch
 from .node import broadcast_outputs
 from .primitives import apply_primitive
 from .reverse import run_reverse
@@ -80,7 +80,7 @@ class ScalarRuleFunction:
 
     def __init__(self, fn: Callable, partials: tuple):
         self.fn = fn
-        self.__scalar_rule__ = ScalarRule(fn, partials)
+        self.__scalar_rule__ = ScalarRule(fn, partials, launch)
         functools.update_wrapper(self, fn)
 
     @property
@@ -157,7 +157,7 @@ def broadcast(fn: Callable, *args, mode: str = "auto"):
     if tape is not None:
         wrt = tuple(k for k, a in enumerate(args)
                     if kinds[k] == "f" and isinstance(a, Tensor) and a._tape is tape)
-    dual, outs = cf.run(arrays, kinds, float_dtype, wrt, shape, mode)
+    dual, outs = cf.run(arrays, kinds, float_dtype, wrt, shape, mode, launch)
     n = dual.n_outputs
     outputs = outs[:n]
     if not wrt:

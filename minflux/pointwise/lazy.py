@@ -41,13 +41,11 @@ import numpy as np
 
 from ..autograd import bind, recording
 from ..backend import is_cupy_array
-from ..compiler.expressions import Expression, FunctionBuilder, argument
-from ..compiler.ir import result_kind
-from ..compiler.rules import TABLE
-from ..compiler.scalar_rule import rule_of
+from ..compiler import TABLE, Expression, FunctionBuilder, argument, result_kind, rule_of
 from ..runtime import settings
 from ..tensor import Tensor
 from .eager import apply_primitive_now
+from .launch import launch
 from .node import broadcast_node
 
 __all__ = ["fusion", "fusion_stats", "set_fusion"]
@@ -359,7 +357,7 @@ def _compute(tensor: Tensor, root: Pending) -> None:
             _op_by_op(order, tensor)
             return
         _stats["kernels_built"] += 1
-    dual, outs = fn.run(root.floats)
+    dual, outs = fn.run(root.floats, launch=launch)
     _stats["fused_launches"] += 1
     _stats["fused_ops"] += len(order)
     if not fn.wrt:

@@ -16,7 +16,7 @@ import numpy as np
 from ..autograd import is_seed_broadcast, record
 from ..backend import get_array_module
 from ..broadcasting import sum_to
-from ..compiler.compiled import get_elementwise_backend
+from ..compiler import get_elementwise_backend
 from ..schedule import operation
 from ..tensor import Tensor, unwrap
 from .node_kernel import gradient_sums

@@ -8,7 +8,7 @@ as that primitive.
 from __future__ import annotations
 
 from ..autograd import active_tape
-from ..compiler.rules import TABLE, define
+from ..compiler import TABLE, define
 from .eager import apply_primitive_now
 from .lazy import defer
 
@@ -35,7 +35,7 @@ def apply_primitive(name: str, *args):
 def primitive_op(name: str, doc: str | None = None):
     """The public elementwise op of table primitive ``name`` (positional arguments, the row's arity).
 
-    A primitive added to the table with `minflux.compiler.rules.define` becomes an op like
+    A primitive added to the table with `minflux.compiler.define` becomes an op like
     ``mf.tanh``: it runs on arrays, records on the tape, fuses, and compiles inside scalar functions.
 
     >>> import numpy as np
@@ -57,7 +57,7 @@ def primitive_op(name: str, doc: str | None = None):
 
 def define_primitive(name: str, impl, *partials, doc: str = "", **row):
     """Add a primitive to the derivative table (one row: value, derivatives, result kind, cost,
-    finiteness and backend spellings, see `minflux.compiler.rules.Primitive`) and return its op.
+    finiteness and backend spellings, see `minflux.compiler.Primitive`) and return its op.
 
     >>> import minflux as mf, numpy as np
     >>> cube = mf.define_primitive("cube_example", lambda xp, x: x * x * x, lambda m, x, y: 3 * x * x,
@@ -66,7 +66,7 @@ def define_primitive(name: str, impl, *partials, doc: str = "", **row):
     array([12.])
     >>> mf.broadcast(lambda x: cube(x) + 1.0, np.array([2.0]))
     array([9.])
-    >>> from minflux.compiler.rules import TABLE; del TABLE["cube_example"]   # leave the table as it was
+    >>> from minflux.compiler import TABLE; del TABLE["cube_example"]   # leave the table as it was
     """
     define(name, impl, *partials, doc=doc, **row)
     return primitive_op(name, doc or None)

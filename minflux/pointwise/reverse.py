@@ -14,10 +14,7 @@ import numpy as np
 
 from ..autograd import active_tape
 from ..backend import as_array, get_array_module
-from ..compiler.dependence import differentiable_dependence
-from ..compiler.dtypes import kind_dtype
-from ..compiler.ir import If, Loop, walk
-from ..compiler.numpy_backend import ArrayOps, evaluate
+from ..compiler import ArrayOps, If, Loop, differentiable_dependence, evaluate, kind_dtype, walk
 from ..schedule import recording_of
 from ..tensor import Tensor, unwrap
 from .eager import apply_primitive_now
@@ -40,7 +37,7 @@ class _TapeOps(ArrayOps):
 
 
 def run_reverse(cf, args, arrays, kinds, float_dtype, shape):
-    """Evaluate compiled function ``cf`` op by op; ``arrays`` etc. come from `compiler.compiled.prepare`."""
+    """Evaluate compiled function ``cf`` op by op; ``arrays`` etc. come from `minflux.compiler.prepare`."""
     xp = get_array_module(*arrays)
     fn = cf.typed_for(kinds)
     recording = recording_of(arrays)

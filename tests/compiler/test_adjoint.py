@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import minflux as mf
-from minflux.compiler.compiled import compiled
+from minflux.compiler import compiled
 from minflux.compiler.cost import OUTPUT_STREAM, operation_cost
 from minflux.testing import check_grad
 from minflux_models.cells import hm_update
@@ -108,7 +108,7 @@ def test_the_adjoint_never_reuses_a_name_the_function_has():
     """Single assignment renames variables to a<n>; an IR whose own names look like that stays right."""
     import numpy as np
 
-    from minflux.compiler.compiled import CompiledFunction
+    from minflux.compiler import CompiledFunction
     from minflux.compiler.frontend import Parsed
     from minflux.compiler.ir import Assign, Call, Const, Function, Return, Var
 

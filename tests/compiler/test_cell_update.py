@@ -101,7 +101,7 @@ def test_broadcast_inputs_receive_reduced_gradients(backend):
 
 
 def test_outside_a_gradient_only_the_primal_kernel_runs():
-    from minflux.compiler import compiled as compiled_functions
+    from minflux.compiler import compiled_function as compiled_functions
 
     @mf.elementwise
     def fresh_update(z, zb, c, f, i, g):  # its own code object: a fresh cache entry
@@ -122,7 +122,7 @@ def test_outside_a_gradient_only_the_primal_kernel_runs():
 
 def test_copy_branch_partials_are_folded_where_constant():
     """d value / dc is 1 on COPY and sigmoid(f) on UPDATE: one materialised slot; d/dz is absent."""
-    from minflux.compiler import compiled as compiled_functions
+    from minflux.compiler import compiled_function as compiled_functions
     d = compiled_functions.compiled(cell_update.fn).dual_for(("f",) * 6, (2, 3, 4, 5))
     assert d.slots == [(0, 2), (0, 3), (0, 4), (0, 5)]
     d_const = compiled_functions.compiled(cell_update.fn).dual_for(("f",) * 6, (0, 1))

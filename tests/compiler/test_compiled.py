@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from minflux.compiler import arguments
-from minflux.compiler.compiled import compiled, prepare, primal
+from minflux.compiler import compiled, prepare, primal
 
 
 def affine(a, x):

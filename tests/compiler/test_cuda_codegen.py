@@ -193,7 +193,7 @@ from broadcast_programs import CASES as PROGRAM_CASES, Case  # noqa: E402
 from test_constructs import _partials  # noqa: E402
 
 import minflux as mf  # noqa: E402
-from minflux.compiler import compiled as compiled_functions  # noqa: E402
+from minflux.compiler import compiled_function as compiled_functions  # noqa: E402
 from minflux.optim.adaptive import adam_step  # noqa: E402
 from minflux_models.cells import boundary, hm_update, hm_update_blend  # noqa: E402
 

@@ -8,7 +8,7 @@ import pytest
 
 import minflux as mf
 from minflux.compiler import arguments, expressions
-from minflux.compiler.compiled import CompiledFunction, compiled, prepare
+from minflux.compiler import CompiledFunction, compiled, prepare
 from minflux.compiler.expressions import FunctionBuilder, argument, constant
 from minflux.compiler.ir import format_function
 from minflux.compiler.rules import TABLE, define

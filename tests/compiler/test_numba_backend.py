@@ -108,7 +108,7 @@ def test_float32_cell_update_kernel_vectorises(tmp_path, monkeypatch):
     z = np.array([[1.0], [0.0]], np.float32)
     c = f = g = np.ones((2, 8), np.float32)
     mf.gradient(lambda c, f, g: mf.sum(mf.broadcast(cell, z, c, f, g)), c, f, g)
-    from minflux.compiler import compiled as compiled_functions
+    from minflux.compiler import compiled_function as compiled_functions
     kernels = [k for _, k in compiled_functions.compiled(cell).kernels.values()]
     assert kernels
     for kernel in kernels:
@@ -140,7 +140,7 @@ def test_kernel_with_a_dozen_partial_streams_still_vectorises(tmp_path, monkeypa
         return mf.sum(c) + mf.sum(h)
 
     mf.gradient(loss, *args)
-    from minflux.compiler import compiled as compiled_functions
+    from minflux.compiler import compiled_function as compiled_functions
     (kernel,) = [k for _, k in compiled_functions.compiled(update).kernels.values()]
     assert kernel.compiled_here
     assert "vmulps" in kernel.assembly()
@@ -148,7 +148,7 @@ def test_kernel_with_a_dozen_partial_streams_still_vectorises(tmp_path, monkeypa
 CHILD = textwrap.dedent("""
     import sys
     import numpy as np, minflux as mf
-    from minflux.compiler import compiled as compiled_functions
+    from minflux.compiler import compiled_function as compiled_functions
 
     @mf.elementwise
     def soft(x, y):
@@ -190,7 +190,7 @@ def test_a_damaged_object_file_is_recompiled(tmp_path, monkeypatch):
     meta.write_text("{not json")
     assert kernel_cache.load(tmp_path / "kernels", meta.stem, 2) is None
     kernel_loader._loaded.clear()
-    from minflux.compiler import compiled as compiled_functions
+    from minflux.compiler import compiled_function as compiled_functions
     compiled_functions._compiled.clear()
     np.testing.assert_array_equal(mf.broadcast(twice, np.ones(3)), [3.0, 3.0, 3.0])
     assert kernel_cache.load(tmp_path / "kernels", meta.stem, 2) is not None
@@ -218,7 +218,7 @@ def test_the_key_changes_when_code_inlined_into_kernels_changes(tmp_path, monkey
     import shutil
     import types
 
-    from minflux.compiler.compiled import compiled
+    from minflux.compiler import compiled
 
     asked = []
     monkeypatch.setattr(numba_backend, "load_kernel", lambda *args: asked.append(args) or types.SimpleNamespace())

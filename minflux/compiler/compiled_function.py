@@ -4,10 +4,12 @@
 that owns every cache derived from it: the IR typed for each tuple of argument kinds (`kinds`), the
 differentiated form for each set of differentiated arguments and AD mode (forward-mode duals,
 `dual`, or the element-local adjoint, `adjoint`, chosen per kernel by `cost` in mode ``"auto"``),
-and the backend kernels for each float type and input layout. `CompiledFunction.run` evaluates the transformed function on
-arrays with the backend of their array module: numba kernels on numpy arrays (or the vectorised
-numpy evaluator, see `set_elementwise_backend`), CUDA C on CuPy arrays. This module knows nothing
-of tapes or Tensors.
+and the backend kernels for each float type and input layout. `CompiledFunction.run` evaluates the
+transformed function on arrays with the backend of their array module (`launch_kernel`): numba
+kernels on numpy arrays (or the vectorised numpy evaluator, see `set_elementwise_backend`), CUDA C on
+CuPy arrays; `bound_launch` is a launch whose kernel and layout are chosen once, for a caller that
+repeats it on arrays laid out alike. This module knows nothing of tapes, Tensors or recordings:
+launches are plain calls, and whoever records them wraps them (`minflux.pointwise.launch`).
 
 >>> import numpy as np
 >>> def axpy(a, x):
@@ -26,7 +28,6 @@ import numpy as np
 
 from ..backend import get_array_module
 from ..runtime import settings
-from ..schedule.operation import operation
 from .adjoint import adjoint, supports_adjoint
 from .arguments import prepare
 from .cost import prefer_adjoint
@@ -40,8 +41,8 @@ from .layout import plan, signature
 from .loop_limit import check_loop_flags, get_max_loop_iterations
 from .numpy_backend import ArrayOps, evaluate
 
-__all__ = ["KERNEL_MODES", "CompiledFunction", "compiled", "get_elementwise_backend", "prepare", "primal",
-           "set_elementwise_backend"]
+__all__ = ["KERNEL_MODES", "BoundLaunch", "CompiledFunction", "bound_launch", "compiled", "get_elementwise_backend",
+           "launch_kernel", "prepare", "primal", "set_elementwise_backend"]
 
 _BACKENDS = ("numba", "numpy")
 _LAUNCHERS_LIMIT = 1024   # launchers kept per function (one per argument layout and shape)
@@ -143,14 +144,17 @@ class CompiledFunction:
             self.duals[key] = d
         return d
 
-    def run(self, arrays: list, kinds: tuple, float_dtype, wrt: tuple, shape: tuple, mode: str = "auto"):
+    def run(self, arrays: list, kinds: tuple, float_dtype, wrt: tuple, shape: tuple, mode: str = "auto",
+            launch: Callable | None = None):
         """Evaluate the transformed function on ``arrays``; returns ``(dual, outputs)``.
 
         ``arrays`` come from `prepare`; ``outputs`` are new arrays of ``shape``: the function's
         outputs, then one partial per entry of ``dual.slots``; ``mode`` as in `dual_for`.
+        ``launch`` runs the kernel, with `launch_kernel`'s arguments: `launch_kernel` when not given
+        (a caller that records its launches passes its own).
         """
         dual = self.dual_for(kinds, wrt, mode)
-        outs = _launch(self, dual, arrays, float_dtype, shape)
+        outs = (launch or launch_kernel)(self, dual, arrays, float_dtype, shape)
         if not self.parsed.loop_sites:
             return dual, outs
         hit = self.duals.get(("without flag", id(dual)))
@@ -191,16 +195,15 @@ class CompiledFunction:
         return cuda_backend.launch(hit[1], arrays, float_dtype, shape)
 
 
-def _replayed_launch(cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype, shape: tuple):
-    """What a recorded step replays for this launch: a numba `Launcher` bound once (see `_Replayed`)."""
-    if get_array_module(*arrays) is np and get_elementwise_backend() == "numba":
-        return _Replayed(cf.numba_launcher(dual, arrays, float_dtype, shape), signature(arrays))
-    return None
+def launch_kernel(cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype, shape: tuple) -> list:
+    """One evaluation of ``dual`` (transformed from ``cf``) on the current backend, the loop-cap check
+    included: new arrays of ``shape``, the outputs and then the partials (`CompiledFunction.run`).
 
-
-@operation(replayed=_replayed_launch, results="new", replayed_results="out")
-def _launch(cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype, shape: tuple) -> list:
-    """One evaluation of ``dual`` on the current backend, the loop-cap check included."""
+    >>> cf = compiled(lambda x: x * x)
+    >>> kinds, float_dtype, arrays, shape = prepare([np.arange(2.0)], "square")
+    >>> launch_kernel(cf, cf.dual_for(kinds, (0,)), arrays, float_dtype, shape)   # x * x, then 2 x
+    [array([0., 1.]), array([0., 2.])]
+    """
     xp = get_array_module(*arrays)
     if xp is not np:
         outs = cf._run_cuda(dual, arrays, float_dtype, shape)
@@ -211,10 +214,35 @@ def _launch(cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype,
     return cf.check_loops(outs, dual.n_outputs) if cf.parsed.loop_sites else outs
 
 
-class _Replayed:
-    """`_launch` with its kernel and layout chosen when it was recorded; arrays laid out otherwise
-    (or another backend) take the whole path. ``out``: arrays to write the outputs into (None for an
-    output to allocate), as `schedule.buffers` plans them."""
+def bound_launch(cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype, shape: tuple):
+    """`launch_kernel` for arrays laid out as ``arrays`` are, its kernel and layout chosen now (a
+    `BoundLaunch`), or None where nothing is chosen ahead (the numpy backend, CuPy arrays).
+
+    >>> cf = compiled(lambda x: x * 3.0)
+    >>> kinds, float_dtype, arrays, shape = prepare([np.arange(2.0)], "triple")
+    >>> dual = cf.dual_for(kinds, ())
+    >>> bound = bound_launch(cf, dual, arrays, float_dtype, shape)
+    >>> bound is None or bound(cf, dual, arrays, float_dtype, shape)[0].tolist() == [0.0, 3.0]
+    True
+    """
+    if get_array_module(*arrays) is np and get_elementwise_backend() == "numba":
+        return BoundLaunch(cf.numba_launcher(dual, arrays, float_dtype, shape), signature(arrays))
+    return None
+
+
+class BoundLaunch:
+    """`launch_kernel` with its numba kernel and layout chosen once; arrays laid out otherwise (or
+    another backend) take the whole path. ``out``: arrays to write the outputs into (None for an
+    output to allocate), as a recorded schedule's buffers give them.
+
+    >>> cf = compiled(lambda x: x * 3.0)
+    >>> kinds, float_dtype, arrays, shape = prepare([np.arange(2.0)], "triple")
+    >>> dual = cf.dual_for(kinds, ())
+    >>> bound = BoundLaunch(cf.numba_launcher(dual, arrays, float_dtype, shape), signature(arrays))
+    >>> out = [np.empty(2)]
+    >>> get_elementwise_backend() == "numpy" or bound(cf, dual, arrays, float_dtype, shape, out)[0] is out[0]
+    True
+    """
 
     __slots__ = ("launcher", "signature")
 
@@ -224,7 +252,7 @@ class _Replayed:
     def __call__(self, cf: CompiledFunction, dual: DualFunction, arrays: list, float_dtype, shape: tuple,
                  out: list | None = None):
         if signature(arrays) != self.signature or get_elementwise_backend() != "numba":
-            return _launch.__wrapped_operation__(cf, dual, arrays, float_dtype, shape)
+            return launch_kernel(cf, dual, arrays, float_dtype, shape)
         if out is not None and cf.parsed.loop_sites:   # the loops' flag output is not a result
             flag = dual.n_outputs - 1
             out = [*out[:flag], None, *out[flag:]]
@@ -257,8 +285,9 @@ def compiled(fn: Callable) -> CompiledFunction:
     return entry
 
 
-def primal(fn: Callable, *values):
-    """``fn`` broadcast over ``values`` (arrays or numbers) with no partials: its outputs only.
+def primal(fn: Callable, *values, launch: Callable | None = None):
+    """``fn`` broadcast over ``values`` (arrays or numbers) with no partials: its outputs only
+    (``launch`` as in `CompiledFunction.run`).
 
     >>> primal(lambda x, y: x * y, np.arange(3.0), 2.0)
     array([0., 2., 4.])
@@ -267,7 +296,7 @@ def primal(fn: Callable, *values):
     if len(values) != cf.n_params:
         raise TypeError(f"{cf.name} takes {cf.n_params} argument(s), got {len(values)}")
     kinds, float_dtype, arrays, shape = prepare(values, cf.name)
-    dual, outs = cf.run(arrays, kinds, float_dtype, (), shape)
+    dual, outs = cf.run(arrays, kinds, float_dtype, (), shape, launch=launch)
     return tuple(outs) if dual.n_outputs > 1 else outs[0]
 
 

@@ -1,10 +1,11 @@
-"""Regenerate the README's result tables from the benchmarks' output.
+"""Regenerate the result tables of the README and of the docs pages from the benchmarks' output.
 
-Every block of README.md between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->`` is replaced
-by the results of ``benchmarks/NAME.py``: rendered from ``benchmarks/results/NAME.json`` by that
-benchmark's ``table`` when the JSON is in the own-process format (`_own_process.compare`: each
-framework in its own process, one core and all cores), else the contents of
-``benchmarks/results/NAME.md``. Blocks with neither are left as they are. Run it after a benchmark:
+Every block of README.md and of every page ``docs/*.md`` between ``<!-- results:NAME -->`` and
+``<!-- /results:NAME -->`` is replaced by the results of ``benchmarks/NAME.py``: rendered from
+``benchmarks/results/NAME.json`` by that benchmark's ``table`` when the JSON is in the own-process
+format (`_own_process.compare`: each framework in its own process, one core and all cores), else the
+contents of ``benchmarks/results/NAME.md``. Blocks with neither are left as they are, and a page
+whose blocks are already up to date is not written. Run it after a benchmark:
 ``python benchmarks/readme_tables.py``.
 """
 from __future__ import annotations
@@ -65,11 +66,26 @@ def regenerate(readme_text: str, results_dir: Path) -> tuple[str, list[str]]:
     return BLOCK.sub(replace, readme_text), refreshed
 
 
+def pages(root: Path = ROOT) -> list[Path]:
+    """The pages whose results blocks are regenerated: README.md, then every ``docs/*.md``.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp()); (d / "docs").mkdir()
+    >>> for name in ("README.md", "docs/b.md", "docs/a.md", "docs/notes.txt"): _ = (d / name).write_text("")
+    >>> [str(p.relative_to(d)) for p in pages(d)]
+    ['README.md', 'docs/a.md', 'docs/b.md']
+    """
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
 def main() -> int:
-    readme = ROOT / "README.md"
-    text, refreshed = regenerate(readme.read_text(), HERE / "results")
-    write_atomically(readme, text)
-    print("refreshed:", ", ".join(refreshed) or "nothing")
+    for page in pages():
+        before = page.read_text()
+        text, refreshed = regenerate(before, HERE / "results")
+        if text != before:
+            write_atomically(page, text)
+        if refreshed:
+            print(f"{page.relative_to(ROOT)}: refreshed", ", ".join(refreshed))
     return 0
 
 

@@ -11,6 +11,7 @@ does not depend on what happens to be imported when the test runs.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,35 @@ def test_each_layer_imports_only_the_layers_below_it_by_name(folder, allowed):
     wrong = {str(p.relative_to(REPO)): names for p in (REPO / folder).rglob("*.py")
              if (names := top_level_imports(p) & ours - allowed)}
     assert wrong == {}
+
+
+def layout_directories(readme: str) -> set[str]:
+    """The directories the tree of the README's Layout section names: one a line, written ``name/`` at
+    the start of the line, nested two spaces a level (deeper indentation continues a description)."""
+    section = readme.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    tree = section.split("```\n", 1)[1].split("```", 1)[0]
+    named, parents = set(), []
+    for line in tree.splitlines():
+        match = re.match(r"( *)([\w.-]+)/(?:\s|$)", line)
+        if match is None or len(match[1]) % 2 or len(match[1]) // 2 > len(parents):
+            continue
+        depth = len(match[1]) // 2
+        parents[depth:] = [match[2]]
+        named.add("/".join(parents))
+    return named
+
+
+def test_the_layout_reader_follows_the_nesting():
+    readme = ("# x\n\n## Layout\n\n```\nminflux/     the framework\n  ops/       ops, and/or\n"
+              "                 more words/ of a description\n  nn/ optim/   two on one line\n"
+              "models/      models\n```\n\n## Next\n\n```\nother/\n```\n")
+    assert layout_directories(readme) == {"minflux", "minflux/ops", "minflux/nn", "models"}
+
+
+def test_the_readme_layout_names_every_package_and_only_what_exists():
+    named = layout_directories((REPO / "README.md").read_text())
+    missing = sorted(name for name in named if not (REPO / name).is_dir())
+    packages = {str(init.parent.relative_to(REPO)) for top in ("minflux", "models", "train")
+                for init in (REPO / top).rglob("__init__.py")}
+    assert missing == [] and sorted(packages - named) == []
+    assert {"minflux/runtime", "minflux/compiled", "minflux/schedule", "benchmarks", "tests"} <= named

@@ -262,6 +262,5 @@ def install(tensor_type: type) -> None:
         setattr(tensor_type, f"__r{name}__", reflected)
     tensor_type.__invert__ = _invert
     for op in (ops.astype, ops.any, ops.all, ops.argmax, ops.argmin, ops.var, ops.std, ops.prod,
-               ops.cumsum, ops.clip if hasattr(ops, "clip") else pw.clip, pw.exp, pw.log, pw.sqrt, pw.tanh,
-               pw.sigmoid):
+               ops.cumsum, pw.clip, pw.exp, pw.log, pw.sqrt, pw.tanh, pw.sigmoid):
         setattr(tensor_type, op.__name__, _method(op, f"``mf.{op.__name__}(self, ...)``."))

@@ -16,7 +16,7 @@ import numpy as np
 from .backend import get_array_module, is_array, scatter_add
 from .product_gradient import ProductGradient
 from .runtime.allocator import prepare_process
-from .schedule import Traced, operation
+from .schedule import operation
 from .tensor import Tensor
 from .tree import map_arrays
 
@@ -312,10 +312,7 @@ def is_seed_broadcast(g) -> bool:
     seed = getattr(_local, "seed", None)
     if seed is None or any(g.strides):
         return False
-    if seed.__class__ is Traced:   # recorded arrays: the arrays of the recording call
-        seed = seed.recorded_value
-    if g.__class__ is Traced:
-        g = g.recorded_value
+    seed, g = getattr(seed, "recorded_value", seed), getattr(g, "recorded_value", g)  # recorded: the arrays
     while g is not None:
         if g is seed:
             return True

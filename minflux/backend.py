@@ -71,7 +71,8 @@ def is_cupy_array(x: Any) -> bool:
 
 
 def is_array(x: Any) -> bool:
-    """True for a numpy or CuPy array (the leaves of parameter trees).
+    """True for a numpy or CuPy array (the leaves of parameter trees), or the stand-in of one while
+    `minflux.compile` records (`minflux.schedule.Traced`).
 
     >>> import minflux as mf, numpy as np
     >>> mf.is_array(np.zeros(2)), mf.is_array([0.0])

@@ -1,4 +1,10 @@
-"""The matrix product every minflux operation calls: one place that decides its library and threads.
+"""The matrix product of `mf.matmul` (``@``): one place that decides its library and threads.
+
+It multiplies ``@`` and its gradients, the row-masked product (`mf.row_masked_matmul`) and the
+factored weight gradients (`minflux.product_gradient`). `mf.einsum`, `mf.tensordot`, `mf.dot` and
+`mf.outer` (`minflux.ops.contractions`), the gradient of a product of stacks of matrices and the
+products inside other ops (`mf.norm`'s singular directions, gradient clipping's ``vdot``) call the
+array module directly: numpy's own library on BLAS's one thread, never MKL or minflux's pool.
 
 2-D float products go to MKL when its wheel is installed and it measured faster than numpy's
 OpenBLAS at their shape on this machine (`minflux.runtime.gemm_choice`), and to numpy's ``matmul``

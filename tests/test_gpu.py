@@ -43,7 +43,7 @@ def gradient_both(f, *args):
     return cpu, gpu
 
 
-# -- the broadcast compiler's CUDA backend -----------------------------------------------------------
+# -- the scalar-function compiler's CUDA backend -----------------------------------------------------
 
 from minflux_models.cells import cell_update  # noqa: E402  (the paper's benchmark kernel)
 

@@ -1,13 +1,16 @@
 """The guard of a compiled function: what must be the same for a recorded schedule to be replayed.
 
 `flatten` walks what a call reads -- its arguments, and the function itself with its free variables
-(`minflux.compiled.free_variables`) -- once, and returns the array leaves, the positions where they
-sit, and the *guard key*: the tree structure, each array's shape, dtype, device and strides (and which
-leaves are one tied array), every number by its bits, every other static value, and the process
-settings a recording depends on (fusion, kernel backend and mode, threads, the loop cap, numpy's error
-state). A replay is used only for an equal key, so it never runs on anything it was not recorded for.
-What no key can hold -- an iterator, a foreign array, an object whose contents cannot be walked, the
-clock or a global random state -- is named in `Flat.refused`, and the call is not recorded.
+(`minflux.compiled.free_variables`; an object whose class has ``guard_children`` names what of it is
+read) -- in one pass, and returns the array (and generator) leaves, the positions where they sit, and
+the *guard key*: the tree structure, each array's shape, dtype, device and strides (and which leaves
+are one tied array), every number by its bits, every other static value, and the process settings a
+recording depends on (`settings`: every recorded row of `minflux.runtime.settings`, fusion's
+thresholds, the default dtype and numpy's error state). A replay is used only for an equal key, so it
+never runs on anything it was not recorded for. What no key can hold -- an iterator, a foreign array,
+an object whose contents cannot be walked, the clock or a global random state -- is named in
+`Flat.refused`, and the call is not recorded: it raises or runs eagerly, as `mf.compile`'s
+``fallback`` says.
 
 >>> import numpy as np
 >>> flat = flatten(({"w": np.zeros((2, 3)), "lr": 0.1},))

@@ -1,4 +1,4 @@
-"""The CUDA backend of the broadcast compiler: fused mixed-mode kernels for CuPy arrays.
+"""The CUDA backend of the scalar-function compiler: fused mixed-mode kernels for CuPy arrays.
 
 The transformed IR of a call (`minflux.compiler.dual`) is printed as one CUDA C device function
 (`minflux.compiler.cuda_codegen`): real branches and loops, dual variables as registers. A CuPy

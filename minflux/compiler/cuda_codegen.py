@@ -1,4 +1,4 @@
-"""CUDA C from the broadcast compiler's typed IR: one scalar device function per kernel.
+"""CUDA C from the scalar-function compiler's typed IR: one scalar device function per kernel.
 
 The IR (`minflux.compiler.ir`, after `minflux.compiler.kinds.infer_kinds`, and after the dual
 transform for a gradient kernel) is printed statement by statement: every variable becomes a local

@@ -1,9 +1,9 @@
-"""The error a scalar function raises when the broadcast compiler cannot compile it."""
+"""The error a scalar function raises when the scalar-function compiler cannot compile it."""
 from __future__ import annotations
 
 
 class CompileError(Exception):
-    """A scalar function uses a construct the broadcast compiler does not support.
+    """A scalar function uses a construct the scalar-function compiler does not support.
 
     The message names the file, the line, the construct and what to write instead.
 

@@ -1,4 +1,4 @@
-"""The broadcast compiler's intermediate representation: a small structured scalar language.
+"""The scalar-function compiler's intermediate representation: a small structured scalar language.
 
 A `Function` is a list of statements over named scalar variables. It knows nothing about arrays,
 numpy, numba or CUDA: the frontend builds it from Python source, `dual` transforms it into a function

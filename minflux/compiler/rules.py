@@ -3,7 +3,7 @@
 Each primitive has an array implementation ``impl(xp, *args)`` and, per argument, a partial derivative
 ``d(m, *args, y)`` written with operators and ``m.<primitive>(...)`` calls, where ``y`` is the
 primitive's output. The same rule is evaluated on arrays (``m`` is `ArrayMath`) by the tape and on
-symbolic scalars by the broadcast compiler's forward-mode transform, so both agree everywhere,
+symbolic scalars by the compiler's forward-mode transform (`minflux.compiler.dual`), so both agree everywhere,
 kinks included. A rule that returns a Python number is a constant partial and is never materialised.
 
 Conventions at kinks: ``relu'(0) = 0``, ``abs'(0) = sign(0) = 0``, ``maximum``/``minimum`` ties give

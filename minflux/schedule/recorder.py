@@ -24,6 +24,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from .traced import _NUMBERS, Traced, TracedGenerator, follow_conversions
+
 _STATE_IN_CONTEXT = int(np.__version__.split(".")[0]) >= 2
 """Whether numpy keeps its error state in context variables (numpy 2) rather than per thread."""
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -250,9 +252,6 @@ class Recording:
             "@mf.operation), pass values that change as array arguments, or use "
             f"mf.compile({self.name}, fallback='eager') to run this function eagerly.")
 
-
-# Traced needs Recording's module for its errors
-from .traced import _NUMBERS, Traced, TracedGenerator, follow_conversions  # noqa: E402
 
 _WALKED = frozenset({Traced, TracedGenerator, tuple, list, dict, slice})
 """The classes `Recording._unwrap` looks into; everything else is a constant of the step."""

@@ -1,4 +1,4 @@
-"""Scalar functions that exercise every construct of the broadcast compiler's language.
+"""Scalar functions that exercise every construct of the scalar-function compiler's language.
 
 Each `Case` names a function, the kinds of its arguments and how to draw inputs; the test suites of
 every backend (numpy, numba, CUDA C) run the same cases. Inputs are drawn away from branch switch

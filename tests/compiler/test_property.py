@@ -200,13 +200,13 @@ def test_program_writer_covers_the_constructs():
 @pytest.mark.slow   # real branches: also tests/compiler/test_numba_backend.py, on a small kernel
 @pytest.mark.parametrize("seed", [11])
 def test_random_programs_compile_to_numba_in_both_branch_forms(tmp_path, seed, monkeypatch):
-    from minflux.compiler import numba_backend
+    from minflux.runtime import settings
     fn, source = load_program(tmp_path, seed)
     x = np.linspace(-2, 2, 12).reshape(3, 4)
     y = np.linspace(1.5, -1.5, 12).reshape(3, 4)
     results = []
     for form in ("auto", "real"):
-        monkeypatch.setattr(numba_backend, "BRANCHES", form)
+        monkeypatch.setitem(settings._set, "numba_branches", form)
         results.append(outputs_and_partials(fn, x, y, "numba"))
     for a, b in zip(results[0][0], results[1][0]):
         np.testing.assert_allclose(a, b, rtol=1e-12, err_msg=source)

@@ -79,7 +79,7 @@ def _matmul_2d(a, b, out=None):
     work = m * n * k
     budget = get_num_threads()      # also sets BLAS to one thread at minflux's first product
     shares = min(budget, blocks) if work >= PARALLEL_MIN_MULTIPLY_ADDS else 1
-    dtype = np.result_type(a, b)
+    dtype = a.dtype if a.dtype is b.dtype else np.result_type(a, b)
     library = gemm_provider.gemm
     if library is not None and not prefers_gemm(m, k, n, dtype, _column_major(a), _column_major(b)):
         library = None

@@ -13,7 +13,7 @@ from minflux.testing import assert_product_close
 @pytest.fixture
 def split_everything(monkeypatch):
     monkeypatch.setattr(matrix_product, "PARALLEL_MIN_MULTIPLY_ADDS", 0)
-    monkeypatch.setitem(settings._set, "num_threads", 3)
+    monkeypatch.setitem(settings._values, "num_threads", 3)
     monkeypatch.setattr(matrix_product, "threads_now", lambda: 3)   # as if three cores were idle
 
 

@@ -2,8 +2,9 @@
 recorded schedule (`mf.compile`) depends on it.
 
 `get` is the value now: what `set` (or the module function that wraps it, such as
-`mf.set_num_threads`) gave, else the environment variable, read when asked, so a process that sets
-it before its first use of minflux is followed. A value the parser refuses is one `SettingError`
+`mf.set_num_threads`) gave, else the environment variable as it was at the setting's first use (a
+process that sets it before then is followed; `unset` reads it again; the cache directory is read
+at every use). A value the parser refuses is one `SettingError`
 naming the variable and what it accepts, raised where the setting is first used (never at import).
 `snapshot` is the recorded settings' values: the guard key of a compiled function holds it, so a
 setting added to the table can never make a replay stale. ``python -m minflux.runtime.settings``
@@ -86,6 +87,7 @@ class Setting:
     recorded: bool
     meaning: str
     default_text: str = ""
+    live: bool = False      # read from the environment at every use, not once
 
     def default_value(self):
         return self.default() if callable(self.default) else self.default
@@ -123,7 +125,7 @@ SETTINGS = (
             "ask glibc to keep freed memory for the next step instead of returning it"),
     Setting("cache_dir", "MINFLUX_CACHE_DIR", os.path.expanduser, None, "a directory", False,
             "the root of minflux's caches (kernels, product calibration)",
-            "$XDG_CACHE_HOME/minflux or ~/.cache/minflux"),
+            "$XDG_CACHE_HOME/minflux or ~/.cache/minflux", live=True),
     Setting("mpi", "MINFLUX_MPI", _boolean, False, _BOOLEAN, False,
             "join an MPI job even where no launcher variable says so"),
     Setting("collective_timeout", "MINFLUX_COLLECTIVE_TIMEOUT", _seconds, 600.0,
@@ -133,8 +135,8 @@ SETTINGS = (
 SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
 _RECORDED = tuple(s for s in SETTINGS if s.recorded)
 
-_set: dict[str, Any] = {}
-_parsed: dict[tuple, Any] = {}   # (name, the variable's text) -> its value
+_set: dict[str, Any] = {}      # what `set` gave
+_values: dict[str, Any] = {}   # the value of every setting read so far (what `set` gave, or the environment's)
 
 
 def get(name: str):
@@ -144,19 +146,15 @@ def get(name: str):
     True
     """
     try:
-        return _set[name]
+        return _values[name]
     except KeyError:
         pass
     setting = SETTINGS_BY_NAME[name]
     text = os.environ.get(setting.variable, "").strip()
-    if not text:
-        return setting.default_value()
-    key = (name, text)
-    try:
-        return _parsed[key]
-    except KeyError:
-        value = _parsed[key] = setting.parse_text(text)
-        return value
+    value = setting.parse_text(text) if text else setting.default_value()
+    if not setting.live:
+        _values[name] = value
+    return value
 
 
 def set(name: str, value) -> None:
@@ -171,7 +169,7 @@ def set(name: str, value) -> None:
     """
     if name not in SETTINGS_BY_NAME:
         raise KeyError(f"minflux has no setting {name!r}; the settings are {', '.join(SETTINGS_BY_NAME)}")
-    _set[name] = value
+    _set[name] = _values[name] = value
 
 
 def chosen(name: str) -> bool:
@@ -184,8 +182,10 @@ def chosen(name: str) -> bool:
 
 
 def unset(name: str) -> None:
-    """Forget what `set` gave: the environment variable (or the default) decides again."""
+    """Forget what `set` gave and what was read: the environment variable (or the default) decides
+    again at the next use."""
     _set.pop(name, None)
+    _values.pop(name, None)
 
 
 def snapshot() -> tuple:

@@ -138,9 +138,13 @@ def test_check_mode_compares_the_bits_so_a_signed_zero_counts():
 
 
 def test_the_environment_switch_turns_check_mode_on(monkeypatch):
+    from minflux.runtime import settings
+
+    monkeypatch.setattr(settings, "_values", {})      # as in a process that has read no setting yet
     monkeypatch.setenv("MINFLUX_COMPILE_CHECK", "1")
     assert mf.compile(scaled_tanh).check and not mf.compile(scaled_tanh, check=False).check
     monkeypatch.setenv("MINFLUX_COMPILE_CHECK", "junk")
+    settings.unset("compile_check")
     with pytest.raises(mf.SettingError, match=r"MINFLUX_COMPILE_CHECK='junk' is not valid: it accepts 1, true"):
         mf.compile(scaled_tanh)
 

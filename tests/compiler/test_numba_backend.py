@@ -60,7 +60,7 @@ def test_odd_layouts_agree_with_numpy():
 
 def test_threaded_rows_agree_with_numpy(monkeypatch):
     monkeypatch.setattr(numba_backend, "PARALLEL_MIN_ELEMENTS", 16)
-    monkeypatch.setitem(settings._set, "num_threads", 3)
+    monkeypatch.setitem(settings._values, "num_threads", 3)
     rng = np.random.default_rng(1)
     x, y = rng.standard_normal((37, 9)), rng.standard_normal((37, 1))
     f = lambda x, y: mf.tanh(x) * y if y > 0 else x  # noqa: E731
@@ -82,7 +82,7 @@ def test_real_branches_and_selects_agree(monkeypatch):
 
     results = []
     for form in ("select", "real"):
-        monkeypatch.setitem(settings._set, "numba_branches", form)
+        monkeypatch.setitem(settings._values, "numba_branches", form)
         results.append(mf.gradient(lambda x, y: mf.sum(mf.broadcast(f, x, y) ** 2), x, y))
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-14)

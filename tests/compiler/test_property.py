@@ -206,7 +206,7 @@ def test_random_programs_compile_to_numba_in_both_branch_forms(tmp_path, seed, m
     y = np.linspace(1.5, -1.5, 12).reshape(3, 4)
     results = []
     for form in ("auto", "real"):
-        monkeypatch.setitem(settings._set, "numba_branches", form)
+        monkeypatch.setitem(settings._values, "numba_branches", form)
         results.append(outputs_and_partials(fn, x, y, "numba"))
     for a, b in zip(results[0][0], results[1][0]):
         np.testing.assert_allclose(a, b, rtol=1e-12, err_msg=source)

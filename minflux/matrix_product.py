@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from .backend import get_array_module
+from .runtime.allocator import prepare_process
 from .runtime.row_pool import run_rows
 from .runtime.threads import get_num_threads, threads_now
 from .runtime import gemm_provider
@@ -77,8 +78,8 @@ def _matmul_2d(a, b, out=None):
     by_columns = n >= m
     blocks = -(-(n if by_columns else m) // _BLOCK)
     work = m * n * k
-    budget = get_num_threads()      # also sets BLAS to one thread at minflux's first product
-    shares = min(budget, blocks) if work >= PARALLEL_MIN_MULTIPLY_ADDS else 1
+    prepare_process()               # BLAS on one thread and freed memory kept, from the first product
+    shares = min(get_num_threads(), blocks) if work >= PARALLEL_MIN_MULTIPLY_ADDS else 1
     dtype = a.dtype if a.dtype is b.dtype else np.result_type(a, b)
     library = gemm_provider.gemm
     if library is not None and not prefers_gemm(m, k, n, dtype, _column_major(a), _column_major(b)):

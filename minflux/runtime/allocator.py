@@ -4,9 +4,10 @@ A training step allocates and frees the same sizes of arrays on every call. With
 settings glibc serves arrays from 128 KiB (up to about 32 MiB once it has adapted) with fresh pages
 from the system and gives freed memory at the top of its heap back at once, so every step faults
 all its activations in again: about 6,000 page faults per step of the default experiment's model,
-5-10% of its CPU time. minflux therefore asks glibc, once at its first gradient or recording, to serve arrays below
-`MMAP_THRESHOLD_BYTES` from its heap and to keep up to `TRIM_THRESHOLD_BYTES` of freed memory there;
-the process's memory then stays at its peak between steps rather than returning to the system.
+5-10% of its CPU time. minflux therefore asks glibc, once at its first gradient, product or
+recording, to serve arrays below `MMAP_THRESHOLD_BYTES` from its heap and to keep up to
+`TRIM_THRESHOLD_BYTES` of freed memory there; the process's memory then stays at its peak between
+steps rather than returning to the system.
 ``MINFLUX_KEEP_FREED_MEMORY=0`` leaves glibc's defaults; elsewhere (macOS, musl) nothing changes.
 
 >>> import minflux as mf
@@ -48,9 +49,12 @@ def keep_freed_memory() -> bool:
 
 
 def prepare_process() -> None:
-    """What minflux sets in its process, applied at its first gradient or recording (importing it
-    changes nothing): the thread budget, BLAS on one thread (`minflux.runtime.threads`) and glibc's
-    keeping of freed memory (above)."""
+    """What minflux sets in its process, applied at its first gradient, matrix product or recording
+    (importing it changes nothing): the thread budget, BLAS on one thread (`minflux.runtime.threads`)
+    and glibc's keeping of freed memory (above).
+
+    >>> prepare_process()
+    """
     get_num_threads()
     keep_freed_memory()
 

@@ -293,6 +293,11 @@ class CompiledStep:
             if new is not old and not _same_value(new, old):
                 return (f"changes {guard.where(place, roots)} from {old!r} to {new!r}: a value that "
                         "changes on every call must be an array (a 0-d array) to be replayable")
+        for place, value in after.values.items():
+            if isinstance(value, np.generic) and any(place in places for places in flat.places):
+                return (f"rebinds {guard.where(place, roots)} from an array to a numpy scalar (numpy's "
+                        "arithmetic on 0-d arrays returns scalars), which the next call would key by "
+                        "its value; update the array in place instead (`x += v`, `x[...] = x + v`)")
         if len(after.key[0]) != len(flat.key[0]) or any(
                 a[0] != b[0] for a, b in zip(after.key[0], flat.key[0])):
             return ("changes the structure of its arguments or of a free variable it reads (adds to, "

@@ -401,3 +401,22 @@ def test_a_compiled_bound_method_reads_and_updates_its_objects_arrays():
         x = np.full(2, 1.0 + k)
         assert same(trainer.step(x), twin._step(x))
     assert same(trainer.model["w"], twin.model["w"]) and trainer.step.replays == 4
+
+
+def test_a_0d_array_rebound_to_a_numpy_scalar_is_refused_naming_the_in_place_form():
+    def accumulate(state, x):
+        state["total"] = state["total"] + mf.sum(x)     # numpy makes this a scalar, eagerly too
+        return x * 2.0
+
+    with pytest.raises(mf.NotReplayable, match=r"rebinds argument 0's total from an array to a numpy "
+                                               r"scalar .* in place instead"):
+        mf.compile(accumulate)({"total": np.zeros(())}, np.ones(3))
+
+    def in_place(state, x):
+        state["total"] += mf.sum(x)
+        return x * 2.0
+
+    f, state, twin = mf.compile(in_place), {"total": np.zeros(())}, {"total": np.zeros(())}
+    for k in range(4):
+        assert same(f(state, np.full(3, k)), in_place(twin, np.full(3, k)))
+    assert same(state["total"], twin["total"]) and f.replays == 3

@@ -105,7 +105,11 @@ def is_library(obj: Any) -> bool:
 
 
 def followed(fn: Any) -> bool:
-    """True for a function whose free variables the guard walks: user code, not an operation."""
+    """True for a function whose free variables the guard walks: user code, not an operation.
+
+    >>> followed(abs), followed(eval("lambda x: x", {"__name__": "experiment"}))
+    (False, True)
+    """
     return isinstance(fn, types.FunctionType) and not is_library(fn) and fn.__code__ is not _OPERATION_CODE
 
 
@@ -137,7 +141,12 @@ def members(fn: types.FunctionType) -> list:
 
 def class_members(cls: type) -> list:
     """``(Member, function)`` for each function defined in ``cls``, and ``(Base, base)`` for each
-    user class it derives from directly."""
+    user class it derives from directly.
+
+    >>> Layer = type("Layer", (), {"__module__": "experiment", "__call__": lambda self, x: x})
+    >>> [key.name for key, _ in class_members(Layer)]
+    ['__call__']
+    """
     out = [(Member(name), fn) for name, value in vars(cls).items() if (fn := _function_of(value)) is not None]
     out += [(Base(i), base) for i, base in enumerate(cls.__bases__) if not is_library(base)]
     return out
@@ -152,7 +161,14 @@ def _function_of(value):
 
 
 def impure_read(fn: types.FunctionType, values: list) -> str | None:
-    """What ``fn`` reads that no guard key can hold, in words, or None."""
+    """What ``fn`` reads that no guard key can hold, in words, or None.
+
+    >>> import time
+    >>> def stamp(x):
+    ...     return x * time.time()
+    >>> impure_read(stamp, members(stamp))
+    'reads the clock (`time` in stamp)'
+    """
     names = _names(fn.__code__)
     for place, value in values:
         if place.kind != "global":

@@ -59,7 +59,12 @@ _tables: dict = {}
 def prefers_gemm(m: int, k: int, n: int, dtype, a_transposed: bool = False, b_transposed: bool = False) -> bool:
     """True when the loaded GEMM (`minflux.runtime.gemm_provider`) should multiply an ``m x k @ k x n``
     product of ``dtype`` here (always, when ``MINFLUX_GEMM`` names it; never without one);
-    ``a_transposed`` and ``b_transposed`` say an operand is laid out column-major."""
+    ``a_transposed`` and ``b_transposed`` say an operand is laid out column-major.
+
+    >>> import numpy as np
+    >>> prefers_gemm(4, 4, 4, np.dtype(np.int64))        # only float products go to a GEMM library
+    False
+    """
     key = (m, k, n, dtype, a_transposed, b_transposed)
     found = _decisions.get(key)
     if found is None:
@@ -90,7 +95,13 @@ def nearest(dtype, m: int, k: int, n: int, rows: list, a_transposed: bool = Fals
 
 
 def table(dtype) -> list:
-    """The calibration rows for ``dtype`` (float32 or float64): read from the cache, else measured now."""
+    """The calibration rows for ``dtype`` (float32 or float64): read from the cache, else measured now.
+
+    >>> import numpy as np
+    >>> from minflux.runtime import gemm_provider
+    >>> gemm_provider.gemm is None or len(table(np.float32)) == len(CALIBRATION_SHAPES)
+    True
+    """
     dtype = np.dtype(dtype)
     rows = _tables.get(dtype.name)
     if rows is None:
@@ -105,7 +116,13 @@ def table(dtype) -> list:
 
 def calibrate(dtype) -> list:
     """Time numpy and the loaded GEMM at every calibration shape, one thread each (minflux's pool
-    splits large products; each share is one such call); seconds are the best of a few repeats."""
+    splits large products; each share is one such call); seconds are the best of a few repeats.
+
+    >>> import numpy as np
+    >>> from minflux.runtime import gemm_provider
+    >>> gemm_provider.gemm is None or set(calibrate(np.float32)[0]["seconds"]) == {"numpy", gemm_provider.provider}
+    True
+    """
     rng = np.random.default_rng(0)
     rows = []
     for m, k, n, ta, tb in CALIBRATION_SHAPES:
@@ -131,7 +148,11 @@ def _best(call) -> float:
 
 
 def machine() -> dict:
-    """What a calibration depends on: the CPU and the libraries' versions."""
+    """What a calibration depends on: the CPU and the libraries' versions.
+
+    >>> sorted(machine())[:3]
+    ['cpu', 'host', 'minflux']
+    """
     from .kernel_cache import host_tag
 
     blas = np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
@@ -157,7 +178,12 @@ def _cpu_model() -> str:
 
 
 def cache_file(dtype) -> Path:
-    """Where the calibration of ``dtype`` on this machine is kept."""
+    """Where the calibration of ``dtype`` on this machine is kept.
+
+    >>> import numpy as np
+    >>> cache_file(np.float32).parent.name
+    'gemm'
+    """
     dtype = np.dtype(dtype)
     facts = json.dumps(machine(), sort_keys=True)
     return cache_dir() / "gemm" / f"{dtype.name}-{hashlib.sha256(facts.encode()).hexdigest()[:16]}.json"
@@ -183,7 +209,13 @@ def _read(path: Path) -> list | None:
 
 
 def write(path: Path, rows: list) -> None:
-    """Write the table whole or not at all (a temporary file renamed over it)."""
+    """Write the table whole or not at all (a temporary file renamed over it).
+
+    >>> import json, pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "gemm" / "t.json"
+    >>> write(path, []); json.loads(path.read_text())["rows"]
+    []
+    """
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if untrusted_reason(path.parent) is not None:

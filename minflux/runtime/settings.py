@@ -194,7 +194,11 @@ def snapshot() -> tuple:
 
 
 def table() -> str:
-    """The settings as a Markdown table (variable, accepted values, default, recorded, meaning)."""
+    """The settings as a Markdown table (variable, accepted values, default, recorded, meaning).
+
+    >>> table().splitlines()[2].startswith("| `MINFLUX_FUSION` |")
+    True
+    """
     rows = ["| variable | accepts | default | a recording depends on it | what it sets |", "|---|---|---|---|---|"]
     for s in SETTINGS:
         default = s.default_text or repr(s.default_value() if not callable(s.default) else s.default_text)

@@ -22,7 +22,7 @@ from minflux import distributed
 from minflux import tree as mf_tree
 
 from .config import ConfigError
-from .data.batching import Window, block
+from .data.batching import Window
 
 BUILD_TIMEOUT = 3600.0  # seconds the other ranks wait for rank 0 to build the token cache
 

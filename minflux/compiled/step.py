@@ -33,7 +33,6 @@ import copy
 import functools
 import gc
 import logging
-import os
 import threading
 import types
 import warnings

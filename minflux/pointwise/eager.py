@@ -8,7 +8,7 @@ from ..autograd import active_tape
 from ..backend import get_array_module
 from ..compiler import TABLE, ArrayMath
 from ..schedule import operation
-from ..tensor import Tensor, unwrap
+from ..tensor import Tensor
 from .node import broadcast_node
 
 _MATH: dict = {}

@@ -2,7 +2,6 @@
 machine's speed, a time budget as an option, the summary on stdout and in train.log, plain progress
 lines without a terminal."""
 import re
-import types
 
 import numpy as np
 import pytest

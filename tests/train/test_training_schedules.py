@@ -5,7 +5,6 @@ import json
 import math
 import re
 
-import numpy as np
 import pytest
 
 import minflux as mf

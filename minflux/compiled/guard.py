@@ -21,6 +21,7 @@ False
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import random
 import struct
@@ -142,6 +143,10 @@ def flatten(roots: tuple) -> Flat:
             refused.append(f"{where(place, roots)} is {why}")
             key.append(("refused",))
             return
+        if _opaque(x):
+            values[place] = x
+            key.append(("value", _ByIdentity(x)))
+            return
         kids = tree.children(x)
         if kids is None:
             kids = _slots(x)
@@ -218,6 +223,37 @@ def flatten(roots: tuple) -> Flat:
                 refused[0] if refused else None)
 
 
+_NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
+
+
+class _ByIdentity:
+    """An object in a guard key by identity (kept alive by the key, so its id is never reused)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return isinstance(other, _ByIdentity) and other.obj is self.obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+    def __repr__(self):
+        return f"{type(self.obj).__name__} object"
+
+
+def _opaque(x) -> bool:
+    """True for an object of the standard library or another library outside minflux and numpy (a
+    logger, a lock, a progress bar): its insides are that library's, not the function's data, so it
+    is keyed by identity and not walked. Containers and namespaces are walked."""
+    if isinstance(x, (list, tuple, dict, set, frozenset) + _NAMESPACES):
+        return False
+    module = (type(x).__module__ or "").split(".", 1)[0]
+    return module not in ("minflux", "numpy") and is_library(type(x))
+
+
 def _slots(x) -> list | None:
     names = [n for klass in type(x).__mro__ for n in getattr(klass, "__slots__", ())
              if n not in ("__weakref__", "__dict__")]
@@ -288,10 +324,11 @@ def _describe(entry: tuple) -> str:
         return f"array {entry[1]} {np.dtype(entry[2])}{layout}"
     if kind == "value":
         if len(entry) == 3:
-            value = struct.unpack("<d", entry[2])[0] if entry[1] is float else entry[2]
+            value = {float: lambda b: struct.unpack("<d", b)[0],
+                     complex: lambda b: complex(*struct.unpack("<dd", b))}.get(entry[1], lambda b: b)(entry[2])
             return f"the value {value!r}"
         static = entry[1]
-        return f"the value {static[1]!r}"
+        return f"the {static!r}" if isinstance(static, _ByIdentity) else f"the value {static[1]!r}"
     if kind == "node":
         return f"a {entry[1].__name__} with keys {list(entry[2])}"
     if kind == "function":

@@ -6,6 +6,8 @@ function with the same function run eagerly, bit for bit.
 from __future__ import annotations
 
 import dataclasses
+import io
+import logging
 import os
 import random
 import time
@@ -420,3 +422,23 @@ def test_a_0d_array_rebound_to_a_numpy_scalar_is_refused_naming_the_in_place_for
     for k in range(4):
         assert same(f(state, np.full(3, k)), in_place(twin, np.full(3, k)))
     assert same(state["total"], twin["total"]) and f.replays == 3
+
+
+experiment_log = logging.getLogger("minflux.tests.experiment")
+experiment_log.addHandler(logging.StreamHandler(io.StringIO()))   # a stream: an iterator, if walked
+
+
+def logs_and_doubles(x, namespace):
+    experiment_log.debug("a step")
+    return x * namespace.scale
+
+
+def test_library_objects_are_keyed_by_identity_and_namespaces_are_walked():
+    import types as pytypes
+
+    f = mf.compile(logs_and_doubles)
+    settings = pytypes.SimpleNamespace(scale=2.0)
+    for scale in (2.0, 2.0, 3.0, 2.0):
+        settings.scale = scale
+        assert same(f(np.ones(2), settings), np.full(2, scale))
+    assert f.recordings == 2 and f.replays == 2

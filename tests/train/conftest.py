@@ -1,4 +1,8 @@
-"""A tiny recurrent language model with the models' interface, so the loop can be tested on its own."""
+"""A tiny recurrent language model with the models' interface, so the loop can be tested on its own,
+and interruptions of its training steps."""
+import os
+import signal
+
 import numpy as np
 import pytest
 
@@ -77,3 +81,41 @@ length = 20
 prime = "the "
 """)
     return config
+
+
+class Interruptions:
+    """What a test does to `Trainer.train_step`: ``kill_at(n)`` raises SystemExit when step ``n``
+    would run (a kill: no cleanup, no checkpoint), ``ctrl_c()`` sends SIGINT after every step, and
+    ``stop()`` lets the steps run as they are again."""
+
+    def __init__(self, monkeypatch):
+        from minflux_train.loop import Trainer
+
+        self._monkeypatch, self._trainer, self._real = monkeypatch, Trainer, Trainer.train_step
+
+    def kill_at(self, step: int) -> None:
+        real = self._real
+
+        def dies(trainer, window):
+            if trainer.position.step == step:
+                raise SystemExit("killed")
+            return real(trainer, window)
+        self._monkeypatch.setattr(self._trainer, "train_step", dies)
+
+    def ctrl_c(self) -> None:
+        real = self._real
+
+        def interrupted(trainer, window):
+            result = real(trainer, window)
+            os.kill(os.getpid(), signal.SIGINT)
+            return result
+        self._monkeypatch.setattr(self._trainer, "train_step", interrupted)
+
+    def stop(self) -> None:
+        self._monkeypatch.setattr(self._trainer, "train_step", self._real)
+
+
+@pytest.fixture
+def interrupt(monkeypatch):
+    """`Interruptions` of this test's training steps (undone after it)."""
+    return Interruptions(monkeypatch)

@@ -1,14 +1,11 @@
 """The commands a run prints (how to continue it, what to run next) are spelt the way it was started:
 ``minflux-train`` prints the console scripts, ``python -m`` prints ``python -m`` commands."""
-import os
-import signal
 import sys
 
 import pytest
 
 from minflux_train.__main__ import main
 from minflux_train.cli import _PACKAGE
-from minflux_train.loop import Trainer
 
 pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
 
@@ -28,16 +25,9 @@ def test_a_run_started_as_the_console_script_prints_console_script_commands(cfg,
 
 
 def test_an_interrupted_console_script_run_says_how_to_continue_it_so(cfg, tmp_path, tiny_model, monkeypatch,
-                                                                     capsys):
+                                                                     capsys, interrupt):
     monkeypatch.setattr(sys, "argv", ["minflux-train"])
-    real_step = Trainer.train_step
-
-    def ctrl_c(self, window):
-        result = real_step(self, window)
-        os.kill(os.getpid(), signal.SIGINT)
-        return result
-
-    monkeypatch.setattr(Trainer, "train_step", ctrl_c)
+    interrupt.ctrl_c()
     out = tmp_path / "run"
     assert main(["--config", str(cfg), "--out", str(out), "--quiet"]) == 130
     assert f"continue with: minflux-train --out {out} --resume" in capsys.readouterr().out

@@ -78,20 +78,12 @@ def whole(cfg, tmp_path, tiny_model):
 
 @pytest.mark.parametrize("kill_at", [pytest.param(5, marks=pytest.mark.slow), 20,  # each kill: child processes
                                      *(pytest.param(k, marks=pytest.mark.slow) for k in (34, 37))])
-def test_hard_kill_anywhere_then_resume_is_bit_identical_across_epochs(whole, tmp_path, monkeypatch,
-                                                                      kill_at):
+def test_hard_kill_anywhere_then_resume_is_bit_identical_across_epochs(whole, tmp_path, interrupt, kill_at):
     config, reference = whole
-    real_step = Trainer.train_step
-
-    def dies(self, window):
-        if self.position.step == kill_at:
-            raise SystemExit("killed")  # no cleanup, no checkpoint: the steps since the last one are lost
-        return real_step(self, window)
-
-    monkeypatch.setattr(Trainer, "train_step", dies)
+    interrupt.kill_at(kill_at)  # no cleanup, no checkpoint: the steps since the last one are lost
     with pytest.raises(SystemExit):
         train(config, RunDir(tmp_path / "split"))
-    monkeypatch.setattr(Trainer, "train_step", real_step)
+    interrupt.stop()
     resumed = train(config, RunDir(tmp_path / "split"), resume=True)
     assert resumed.valid.bpc == reference.valid.bpc and resumed.sample == reference.sample
     assert_identical_runs(config, tmp_path / "whole", tmp_path / "split")
@@ -253,37 +245,23 @@ def test_an_explicit_learning_rate_overrides_a_decayed_one(cfg, tmp_path, tiny_m
     assert {leaf.rule.rules[-1].lr for _, leaf in mf.optim.named_state_leaves(again.opt_state)} == {5.0}
 
 
-def test_a_fresh_start_after_an_early_kill_keeps_one_record_per_step(cfg, tmp_path, tiny_model, monkeypatch):
-    real_step = Trainer.train_step
-
-    def dies(self, window):
-        if self.position.step == 2:  # steps 1-2 logged, no checkpoint yet (every 3)
-            raise SystemExit("killed")
-        return real_step(self, window)
-
-    monkeypatch.setattr(Trainer, "train_step", dies)
+def test_a_fresh_start_after_an_early_kill_keeps_one_record_per_step(cfg, tmp_path, tiny_model, interrupt):
+    interrupt.kill_at(2)  # steps 1-2 logged, no checkpoint yet (every 3)
     config = load_config(cfg, ["train.max_steps=8"])
     with pytest.raises(SystemExit):
         train(config, RunDir(tmp_path / "run"))
-    monkeypatch.setattr(Trainer, "train_step", real_step)
+    interrupt.stop()
     train(config, RunDir(tmp_path / "run"))
     keys = [(r["kind"], r["step"]) for r in records(tmp_path / "run")]
     assert len(keys) == len(set(keys)) and ("train", 2) in keys
 
 
-def test_interrupted_twice_at_the_same_step_keeps_one_end_record(cfg, tmp_path, tiny_model, monkeypatch):
+def test_interrupted_twice_at_the_same_step_keeps_one_end_record(cfg, tmp_path, tiny_model, interrupt):
     config = load_config(cfg, ["train.max_steps=9"])
-    real_step = Trainer.train_step
-
-    def ctrl_c(self, window):
-        result = real_step(self, window)
-        os.kill(os.getpid(), signal.SIGINT)
-        return result
-
-    monkeypatch.setattr(Trainer, "train_step", ctrl_c)
+    interrupt.ctrl_c()
     train(config, RunDir(tmp_path / "run"))
     train(config, RunDir(tmp_path / "run"), resume=True)
-    monkeypatch.setattr(Trainer, "train_step", real_step)
+    interrupt.stop()
     train(config, RunDir(tmp_path / "run"), resume=True)
     keys = [(r["kind"], r["step"]) for r in records(tmp_path / "run")]
     assert len(keys) == len(set(keys)) and keys[-1] == ("end", 9)

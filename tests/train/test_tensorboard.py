@@ -6,7 +6,6 @@ import sys
 import pytest
 
 from minflux_train.__main__ import main
-from minflux_train.loop import Trainer
 from minflux_train.runs import RunDir
 
 pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
@@ -75,21 +74,14 @@ def run_records(run):
     return [json.loads(line) for line in run.metrics.read_text().splitlines()]
 
 
-def test_a_resumed_run_has_one_point_per_step_in_each_curve(cfg, tmp_path, tiny_model, monkeypatch):
+def test_a_resumed_run_has_one_point_per_step_in_each_curve(cfg, tmp_path, tiny_model, interrupt):
     pytest.importorskip("tensorboardX")
     out = tmp_path / "run"
-    real_step = Trainer.train_step
-
-    def dies(self, window):
-        if self.position.step == 11:  # logged steps 10 (after the checkpoint of step 9), then killed
-            raise SystemExit("killed")
-        return real_step(self, window)
-
-    monkeypatch.setattr(Trainer, "train_step", dies)
+    interrupt.kill_at(11)  # logged steps 10 (after the checkpoint of step 9), then killed
     args = ["--set", "train.max_steps=14", "--set", "train.tensorboard=true", "--quiet"]
     with pytest.raises(SystemExit):
         main(["--config", str(cfg), "--out", str(out), *args])
-    monkeypatch.setattr(Trainer, "train_step", real_step)
+    interrupt.stop()
     assert main(["--out", str(out), "--resume", *args]) == 0
     board = scalars(read_events(out / "tensorboard"))
     assert [s for s, _ in board["train/bpc"]] == [2, 4, 6, 8, 10, 12, 14]

@@ -53,20 +53,13 @@ def test_each_schedule_trains_every_step_at_the_rate_its_keys_describe(cfg, tmp_
 
 
 def test_a_cosine_run_with_warmup_killed_anywhere_resumes_bit_identically(cfg, tmp_path, tiny_model,
-                                                                          monkeypatch):
+                                                                          interrupt):
     config = load_config(cfg, COSINE)
     reference = train(config, RunDir(tmp_path / "whole"))
-    real_step = Trainer.train_step
-
-    def dies(self, window):
-        if self.position.step == 4:  # in the warm-up, after the checkpoint of step 3
-            raise SystemExit("killed")
-        return real_step(self, window)
-
-    monkeypatch.setattr(Trainer, "train_step", dies)
+    interrupt.kill_at(4)  # in the warm-up, after the checkpoint of step 3
     with pytest.raises(SystemExit):
         train(config, RunDir(tmp_path / "split"))
-    monkeypatch.setattr(Trainer, "train_step", real_step)
+    interrupt.stop()
     resumed = train(config, RunDir(tmp_path / "split"), resume=True)
     assert resumed.valid.bpc == reference.valid.bpc and resumed.sample == reference.sample
     assert_identical_runs(config, tmp_path / "whole", tmp_path / "split")

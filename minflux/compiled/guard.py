@@ -210,11 +210,8 @@ def flatten(roots: tuple) -> Flat:
             return [("__self__", x.__self__), ("__func__", x.__func__)]
         if isinstance(x, functools.partial):
             return [("func", x.func), ("args", x.args), ("keywords", x.keywords)]
-        if isinstance(x, (set, frozenset)):
-            try:
-                return [("members", frozenset(x))] if isinstance(x, set) else None
-            except TypeError:
-                return None
+        if isinstance(x, set):
+            return [("members", frozenset(x))]
         return None
 
     for i, a in enumerate(roots):

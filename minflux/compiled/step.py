@@ -191,7 +191,8 @@ class CompiledStep:
         """Replay, and run the eager function beside it on copies of everything it reads (the
         arguments, and the free variables that hold data, swapped in for the call)."""
         originals = [name.read(fn) for fn, name in flat.free]
-        twin_roots, twin_free = copy.deepcopy((roots[:-1], originals), _uncopied(flat))
+        shared = {id(v): v for v in flat.values.values()}   # keyed values: the twin shares them (a lock)
+        twin_roots, twin_free = copy.deepcopy((roots[:-1], originals), shared)
         for (fn, name), value in zip(flat.free, twin_free):
             name.write(fn, value)
         try:
@@ -332,18 +333,6 @@ def _same_value(a, b) -> bool:
         return type(a) is type(b) and bool(a == b)
     except Exception:
         return False
-
-
-def _uncopied(flat: guard.Flat) -> dict:
-    """A deep-copy memo that shares the static values that cannot be copied (a lock, a file): they
-    are keyed by value, so the eager run beside a replay cannot change them."""
-    memo = {}
-    for value in flat.values.values():
-        try:
-            copy.deepcopy(value)
-        except Exception:
-            memo[id(value)] = value
-    return memo
 
 
 def _snapshot(leaves: list) -> list:

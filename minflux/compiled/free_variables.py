@@ -123,6 +123,11 @@ def _names(code: types.CodeType) -> frozenset:
     return frozenset(names)
 
 
+@functools.lru_cache(maxsize=4096)
+def _names_in_order(code: types.CodeType) -> tuple:
+    return tuple(sorted(_names(code)))
+
+
 def members(fn: types.FunctionType) -> list:
     """``(FreeName, value)`` for each closure cell and named global of ``fn`` (see the module docstring)."""
     out = []
@@ -133,7 +138,7 @@ def members(fn: types.FunctionType) -> list:
         except ValueError:       # a cell not yet filled (a function defined before its variable)
             continue
     module_globals = fn.__globals__
-    for name in sorted(_names(fn.__code__)):
+    for name in _names_in_order(fn.__code__):
         if name in module_globals:
             out.append((FreeName("global", name), module_globals[name]))
     return out

@@ -122,7 +122,7 @@ class CompiledStep:
                               "operations are differentiated; compile the function that takes the "
                               "gradient to replay it", RuntimeWarning, stacklevel=2)
             return self.fn(*args, **kwargs)
-        roots = list(args) + [kwargs, self.fn]
+        roots = self._roots(args, kwargs)
         flat = guard.flatten(roots)
         entry = self._entries.get(flat.key)
         if entry is None:
@@ -143,6 +143,10 @@ class CompiledStep:
         if self.check:
             return self._checked(entry, roots, flat)
         return self._replay(entry, roots, flat)
+
+    def _roots(self, args: tuple, kwargs: dict) -> list:
+        """What a call reads, as the guard walks it: the arguments, the keywords, the function."""
+        return list(args) + [kwargs, self.fn]
 
     def _refused(self, entry: _Entry, error: NotReplayable, args: tuple, kwargs: dict):
         if self.fallback == "error":
@@ -175,7 +179,7 @@ class CompiledStep:
 
     def schedule(self, *args, **kwargs) -> str | None:
         """The generated source of the replay for these arguments, or None if not yet recorded."""
-        entry = self._entries.get(guard.flatten(list(args) + [kwargs, self.fn]).key)
+        entry = self._entries.get(guard.flatten(self._roots(args, kwargs)).key)
         return entry.replay.source if entry is not None and entry.replay is not None else None
 
     # -- replay -------------------------------------------------------------------------------

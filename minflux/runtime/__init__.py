@@ -1,6 +1,7 @@
 """minflux's runtime: what the process is set to and the machinery every layer above runs on.
 
-`settings` (every knob, its variable and whether a recorded schedule depends on it), `threads` (the
+`settings` (every knob, its variable and whether a recorded schedule depends on it;
+``python -m minflux.runtime.settings_report`` prints them), `threads` (the
 thread budget) and `row_pool` (the sleeping pool that large kernels and products split over),
 `pointers` (array addresses for C calls), `kernel_loader`, `kernel_cache` and `cache_directory`
 (generated kernels loaded, cached on disk and linked back from a trusted directory), `allocator`

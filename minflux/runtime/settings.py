@@ -7,7 +7,7 @@ process that sets it before then is followed; `unset` reads it again; the cache 
 at every use). A value the parser refuses is one `SettingError`
 naming the variable and what it accepts, raised where the setting is first used (never at import).
 `snapshot` is the recorded settings' values: the guard key of a compiled function holds it, so a
-setting added to the table can never make a replay stale. ``python -m minflux.runtime.settings``
+setting added to the table can never make a replay stale. ``python -m minflux.runtime.settings_report``
 prints the table.
 
 >>> get("max_loop_iterations") >= 1
@@ -22,7 +22,6 @@ minflux.runtime.settings.SettingError: MINFLUX_NUM_THREADS='0' is not valid: it 
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -92,12 +91,15 @@ class Setting:
     def default_value(self):
         return self.default() if callable(self.default) else self.default
 
+    def default_description(self) -> str:
+        return self.default_text or repr(self.default_value())
+
     def parse_text(self, text: str):
         """The value ``text`` (the environment variable's) stands for, or a `SettingError`."""
         try:
             return self.parse(text)
         except (ValueError, TypeError):
-            default = self.default_text or repr(self.default_value())
+            default = self.default_description()
             raise SettingError(f"{self.variable}={text!r} is not valid: it accepts {self.accepts} (unset it "
                                f"for the default: {default})") from None
 
@@ -201,11 +203,7 @@ def table() -> str:
     """
     rows = ["| variable | accepts | default | a recording depends on it | what it sets |", "|---|---|---|---|---|"]
     for s in SETTINGS:
-        default = s.default_text or repr(s.default_value() if not callable(s.default) else s.default_text)
-        rows.append(f"| `{s.variable}` | {s.accepts} | {default} | {'yes' if s.recorded else 'no'} | {s.meaning} |")
+        rows.append(f"| `{s.variable}` | {s.accepts} | {s.default_description()} | "
+                    f"{'yes' if s.recorded else 'no'} | {s.meaning} |")
     return "\n".join(rows)
 
-
-if __name__ == "__main__":
-    print(table())
-    sys.exit(0)

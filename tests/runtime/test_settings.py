@@ -89,6 +89,6 @@ def test_every_recorded_setting_is_in_the_guard_key(setting, monkeypatch):
 
 
 def test_the_table_prints_every_row():
-    done = subprocess.run([sys.executable, "-m", "minflux.runtime.settings"], capture_output=True, text=True,
-                          check=True)
-    assert all(f"`{s.variable}`" in done.stdout for s in settings.SETTINGS)
+    done = subprocess.run([sys.executable, "-m", "minflux.runtime.settings_report"], capture_output=True,
+                          text=True, check=True)
+    assert all(f"`{s.variable}`" in done.stdout for s in settings.SETTINGS) and done.stderr == ""

@@ -90,7 +90,8 @@ _LOG2E = _F(1.4426950408889634)
 _LN2_HI = _F(0.693145751953125)        # ln 2 rounded to 16 significant bits: n * _LN2_HI is exact
 _LN2_LO = _F(1.4286067653e-06)
 _ROUND = _F(12582912.0)                 # 1.5 * 2**23: adding it rounds to an integer in the low bits
-_jit = njit(inline="always", nogil=True, error_model="numpy")
+# inlined by LLVM into each kernel loop, where they vectorise (see `minflux.compiler.numba_runtime`)
+_jit = njit(forceinline=True, nogil=True, error_model="numpy")
 
 
 @_jit

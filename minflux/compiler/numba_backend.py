@@ -67,8 +67,10 @@ _I = np.int64
 # -- source generation ---------------------------------------------------------------------------
 
 class _Printer:
-    def __init__(self, fn: Function, float_type: str, sub_names: dict, scalar_return: bool = False):
+    def __init__(self, fn: Function, float_type: str, sub_names: dict, constants: "_Constants",
+                 scalar_return: bool = False):
         self.fn = fn
+        self.constants = constants
         self.scalar_return = scalar_return   # a subroutine returns its one value, not a tuple
         self.f32 = float_type == "float32"
         self.sub_names = sub_names
@@ -80,13 +82,7 @@ class _Printer:
         v = a.value
         if isinstance(v, bool):
             return repr(v)
-        if isinstance(v, int):
-            return f"_I({v})"
-        if math.isnan(v):
-            return "_F(np.nan)"
-        if math.isinf(v):
-            return "_F(np.inf)" if v > 0 else "_F(-np.inf)"
-        return f"_F({v!r})"
+        return self.constants.name(v)
 
     def call(self, c: Call) -> str:
         args = [self.atom(a) for a in c.args]
@@ -146,7 +142,7 @@ class _Printer:
 
     def zero_initialise(self, indent: str) -> list:
         """Every non-parameter variable starts as its kind's zero (if-converted code reads them)."""
-        zero = {"f": "_F(0.0)", "i": "_I(0)", "b": "False"}
+        zero = {"f": self.constants.name(0.0), "i": self.constants.name(0), "b": "False"}
         params = set(self.fn.params)
         return [f"{indent}{var} = {zero[kind]}" for var, kind in sorted(self.fn.kinds.items())
                 if var not in params]
@@ -160,7 +156,7 @@ class _Printer:
         slow on many reassignments of one name, has nothing to do.
         """
         fn = self.fn
-        zero = {"f": "_F(0.0)", "i": "_I(0)", "b": "False"}
+        zero = {"f": self.constants.name(0.0), "i": self.constants.name(0), "b": "False"}
         current = {p: p for p in fn.params}
         out = [f"{indent}{p} = {a}" for p, a in zip(fn.params, args)]
         count: dict = {}
@@ -186,6 +182,35 @@ class _Printer:
             out.append(f"{indent}{name} = {text}")
         out += [f"{indent}{r} = {read(v)}" for r, v in zip(results, ret.values)]
         return out
+
+
+class _Constants:
+    """The numbers of one kernel module, each a module-level constant of the kernel's types
+    (``_c0 = _F(0.5)``) that numba freezes into the machine code. A constant costs numba's typing and
+    lowering nothing; each ``_F(0.5)`` written in the loop was a call to resolve and lower."""
+
+    def __init__(self):
+        self.values: dict = {}
+
+    def name(self, value) -> str:
+        key = (type(value), repr(value))     # 0.0 and -0.0 are two constants, every nan one
+        entry = self.values.get(key)
+        if entry is None:
+            entry = self.values[key] = (f"_c{len(self.values)}", value)
+        return entry[0]
+
+    def definitions(self) -> list:
+        return [f"{name} = {_literal(value)}" for name, value in self.values.values()]
+
+
+def _literal(v) -> str:
+    if isinstance(v, int):
+        return f"_I({v})"
+    if math.isnan(v):
+        return "_F(np.nan)"
+    if math.isinf(v):
+        return "_F(np.inf)" if v > 0 else "_F(-np.inf)"
+    return f"_F({v!r})"
 
 
 class _Printed:
@@ -217,15 +242,16 @@ def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
     ``patterns[k]`` is ``"F"`` (full), ``"R"`` (one value per row), ``"C"`` (one per column) or
     ``"S"`` (one value).
     """
-    lines = [_HEADER.format(name=fn.name, float_type=float_type)]
+    constants = _Constants()
+    lines = []
     sub_names = {op: f"_sub{i}" for i, op in enumerate(sorted(fn.subroutines))}
     for op, name in sub_names.items():
-        lines += _Printer(_prepare(fn.subroutines[op]), float_type, sub_names, True).function(name)
+        lines += _Printer(_prepare(fn.subroutines[op]), float_type, sub_names, constants, True).function(name)
         lines.append("")
     prepared = _prepare(fn)
     inline = _straight_line(prepared)
     if not inline:
-        lines += _Printer(prepared, float_type, sub_names).function("_body")
+        lines += _Printer(prepared, float_type, sub_names, constants).function("_body")
         lines.append("")
     n_in, n_out = len(fn.params), fn.n_outputs
     numba_type = {"f": float_type, "i": "int64", "b": "boolean"}
@@ -262,12 +288,13 @@ def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
         args.append(f"_a{k}[_j]" if p == "F" else f"_in{k}[_j]" if p == "C" else f"_a{k}")
     results = [f"_y{m}" for m in range(n_out)]
     if inline:   # numba's own inlining deep-copies its IR per call site: seconds for a large body
-        lines += _Printer(prepared, float_type, sub_names).inline("            ", args, results)
+        lines += _Printer(prepared, float_type, sub_names, constants).inline("            ", args, results)
     else:
         lines.append(f"            {', '.join(results)}, = _body({', '.join(args)})")
     for m in range(n_out):
         lines.append(f"            _b{m}[_j] = _y{m}")
-    return "\n".join(lines) + "\n"
+    header = [_HEADER.format(name=fn.name, float_type=float_type), *constants.definitions(), ""]
+    return "\n".join(header + lines) + "\n"
 
 
 # -- compiling and caching ------------------------------------------------------------------------

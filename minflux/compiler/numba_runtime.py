@@ -1,8 +1,9 @@
-"""Small scalar helpers the generated numba kernels call (inlined), with numpy's semantics.
+"""Small scalar helpers the generated numba kernels call, with numpy's semantics.
 
-``_select(c, a, b)`` is an intrinsic that emits one LLVM ``select``: a ternary in a kernel's source
-is two numba blocks and an inlined helper a copy of its IR, and with hundreds of selects numba's
-SSA and inlining passes took seconds.
+The helpers are compiled once per process and inlined by LLVM into each kernel (``forceinline``);
+numba's own inlining (``inline="always"``) re-typed and re-lowered a copy of each helper at every
+call site. ``_select(c, a, b)`` is an intrinsic that emits one LLVM ``select``: a ternary in a
+kernel's source is two numba blocks, and with hundreds of selects numba's SSA passes took seconds.
 
 ``_max``/``_min`` propagate nan like ``np.maximum``/``np.minimum`` and compile to compare + select;
 the float64 helpers give numpy's results for invalid arguments (nan, -inf) instead of raising.
@@ -18,7 +19,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
-_jit = njit(inline="always", error_model="numpy")
+_jit = njit(forceinline=True, error_model="numpy")
 
 
 @intrinsic

@@ -48,6 +48,7 @@ from . import _flat_buffers as _flat
 from . import tree as _tree
 from .runtime.threads import set_num_threads, usable_cores
 from .runtime import settings
+from .schedule import operation
 from .tensor import unwrap
 
 __all__ = ["abort", "allreduce_tree", "barrier", "broadcast_object", "broadcast_tree", "gather_rows",
@@ -288,9 +289,12 @@ def allreduce_tree(grads: Any, op: str = "mean", bucket_bytes: int = DEFAULT_BUC
     """``grads`` with every array replaced by its ``op`` (mean, sum, max or min) over all ranks.
 
     The tree keeps its structure: ``None`` leaves (arrays that got no gradient) and configuration
-    stay as they are, tied arrays stay tied. Arrays are reduced in flat buffers of at most
-    ``bucket_bytes`` per call; the results are bit-identical on every rank and from run to run. With
-    one rank ``grads`` is returned unchanged. CuPy arrays are reduced on the device with NCCL.
+    stay as they are, tied arrays stay tied; a numpy scalar is configuration too, so reduce a scalar
+    loss as an array (``loss[None]``). Arrays are reduced in flat buffers of at most ``bucket_bytes``
+    per call; the results are bit-identical on every rank and from run to run. With one rank ``grads``
+    is returned unchanged. CuPy arrays are reduced on the device with NCCL. Inside a step compiled
+    with `mf.compile` the reduction of each dtype is one recorded operation, which every replay
+    performs again on its own arrays.
 
     >>> import numpy as np
     >>> from minflux import distributed
@@ -303,21 +307,34 @@ def allreduce_tree(grads: Any, op: str = "mean", bucket_bytes: int = DEFAULT_BUC
     arrays = _flat.array_leaves(grads)
     if world.size == 1 or not arrays:
         return grads
-    xp = _flat.array_module(arrays, "allreduce_tree")
+    _flat.array_module(arrays, "allreduce_tree")
     reduced: dict = {}
-    with _watchdog.guard(world, f"allreduce_tree (op={op})", world.timeout):
-        for dtype, members in _flat.by_dtype(arrays).items():
-            if op == "mean" and dtype.kind not in "fc":
-                raise TypeError(f"allreduce_tree: op='mean' needs floating arrays, got {dtype}; use "
-                                "op='sum' for counts")
-            flat = _flat.pack(xp, members, dtype, world.size)
-            step = _flat.bucket_elements(bucket_bytes, dtype.itemsize, world.size)
-            if xp is np:
-                _mpi_reduce(world, flat, op, step)
-            else:
-                _nccl_reduce(world, flat, op, step, xp)
-            reduced.update(_flat.unpack(flat, members))
+    for dtype, members in _flat.by_dtype(arrays).items():
+        if op == "mean" and dtype.kind not in "fc":
+            raise TypeError(f"allreduce_tree: op='mean' needs floating arrays, got {dtype}; use "
+                            "op='sum' for counts")
+        reduced.update(zip(map(id, members), _reduced(members, op, bucket_bytes)))
     return _tree.map_arrays(lambda a: reduced[id(a)], grads)
+
+
+@operation
+def _reduced(members: list, op: str, bucket_bytes: int) -> list:
+    """The ``op`` over all ranks of each array of ``members`` (one dtype), moved as one flat buffer.
+
+    One operation of a recorded step (`mf.compile`): a replay reduces the arrays of its own call,
+    so a data-parallel step replays like a one-process step."""
+    world = _get()
+    xp = _flat.array_module(members, "allreduce_tree")
+    dtype = np.dtype(unwrap(members[0]).dtype)
+    flat = _flat.pack(xp, members, dtype, world.size)
+    step = _flat.bucket_elements(bucket_bytes, dtype.itemsize, world.size)
+    with _watchdog.guard(world, f"allreduce_tree (op={op})", world.timeout):
+        if xp is np:
+            _mpi_reduce(world, flat, op, step)
+        else:
+            _nccl_reduce(world, flat, op, step, xp)
+    parts = _flat.unpack(flat, members)
+    return [parts[id(a)] for a in members]
 
 
 def _mpi_reduce(world: _World, flat: np.ndarray, op: str, step: int) -> None:

@@ -59,34 +59,6 @@ def norm_checks_finiteness(opt_state) -> bool:
                                 for leaf, first in zip(leaves, firsts))
 
 
-def update_if_finite(opt_state, model, grads) -> str | None:
-    """`minflux.optim.update` unless a gradient holds a NaN or an infinity: then nothing changes and
-    the reason is returned (naming the arrays, see `describe_nonfinite`), else None.
-
-    One reduction over the gradients and one read from the device per update: with a throwing
-    `ClipNorm` first, the norm it reads answers both questions (the arrays are named only once the
-    norm was not finite); without one, `nonfinite_leaves` checks before the update.
-
-    >>> model = {"w": np.zeros(2)}
-    >>> state = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0, throw=True), mf.optim.Descent(1.0)),
-    ...                        model)
-    >>> update_if_finite(state, model, {"w": np.array([np.nan, 1.0])}), model["w"]
-    ('the gradient of w is not finite', array([0., 0.]))
-    >>> update_if_finite(state, model, {"w": np.array([3.0, 4.0])}), model["w"]
-    (None, array([-0.6, -0.8]))
-    """
-    if not norm_checks_finiteness(opt_state):
-        bad = nonfinite_leaves(grads)
-        if bad:
-            return describe_nonfinite(bad)
-    try:
-        mf.optim.update(opt_state, model, grads)
-    except FloatingPointError:  # the norm was not finite; nothing was updated
-        bad = nonfinite_leaves(grads)
-        return describe_nonfinite(bad) if bad else OVERFLOWED
-    return None
-
-
 def divergence_advice(optim, rate: float) -> str:
     """What to change before resuming a diverged run, naming only keys ``--resume`` applies and values
     that differ from the run's: a tenth of the learning rate of the failing step (``rate``), and

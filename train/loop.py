@@ -43,7 +43,7 @@ from minflux.files import write_atomically
 from .board import mirrored
 from .boundary_watch import BoundaryWatch
 from .config import Config, OptimConfig, dump_toml, parse_config
-from .divergence import TrainingDiverged, divergence_advice, update_if_finite
+from .divergence import OVERFLOWED, TrainingDiverged, divergence_advice
 from .eta import EndEstimate
 from .evaluate import Evaluation, evaluate_tokens
 from .lr_schedule import LearningRate
@@ -55,7 +55,7 @@ from .progress import FILE_ONLY, progress_bar, progress_line
 from .resume import check_resumable
 from .runs import RunDir, RunError, batches, build_model, corpus_for, pick_device, split_tokens
 from .sample import check_prime, generate
-from .step import loss_and_gradients, rate_as_data, slope_as_data, training_step, why_not_finite
+from .step import rate_as_data, slope_as_data, training_step, why_not_finite
 from .stop_flag import StopFlag
 from .stopping import Budget
 
@@ -237,31 +237,23 @@ class Trainer:
         return self.step
 
     def train_step(self, window):
-        """One step (`train.step`): compiled or eager in one process; over MPI ranks the gradients are
-        averaged between the backward pass and the update, so there the step runs eagerly."""
+        """One step (`train.step`), compiled or eager; over MPI ranks the step itself averages the
+        loss and the gradients, and the boundary rates are averaged here."""
         inputs, targets = mf.to_device((window.inputs, window.targets), self.device)
         rate = contextlib.nullcontext()
         if self.schedule.per_step:
             rate = rate_as_data(self.opt_state, self.schedule.rate(self.position.step))
         with slope_as_data(self.model) as slope, rate:
-            if self.parallel.size == 1:
-                try:
-                    loss, self.state, boundaries = self._step_now()(self.model, self.opt_state, self.state,
-                                                                    inputs, targets, slope)
-                except FloatingPointError:
-                    why = why_not_finite(self.model, self.state, inputs, targets, slope)
-                    raise self._diverged(why) from None
-                return float(mf.to_numpy(loss)), _rates(boundaries)
-            (loss, new_state, boundaries), grads = loss_and_gradients(self.model, self.state, inputs, targets,
-                                                                      slope)
-        loss, grads, rates = self.parallel.average(float(mf.to_numpy(loss)), grads, _rates(boundaries))
-        if not math.isfinite(loss):
-            raise self._diverged(f"the loss is {loss}")
-        problem = update_if_finite(self.opt_state, self.model, grads)
-        if problem:
-            raise self._diverged(problem)
-        self.state = new_state
-        return loss, rates
+            try:
+                loss, self.state, boundaries = self._step_now()(self.model, self.opt_state, self.state,
+                                                                inputs, targets, slope)
+            except FloatingPointError:
+                why = why_not_finite(self.model, self.state, inputs, targets, slope)
+                if why == OVERFLOWED and self.parallel.size > 1:
+                    why = (f"the loss or the gradients averaged over the {self.parallel.size} ranks are not "
+                           "finite (this rank's own are)")
+                raise self._diverged(why) from None
+        return float(mf.to_numpy(loss)), self.parallel.mean_rates(_rates(boundaries))
 
     def validate(self, max_chars: int | None = None) -> Evaluation:
         t = self.cfg.train

@@ -78,13 +78,12 @@ class DataParallel:
             return window
         return Window(window.index, window.inputs[self.rows], window.targets[self.rows], window.first)
 
-    def average(self, loss: float, grads, rates):
-        """The means over ranks of the loss, the gradient tree and the boundary rates (one allreduce)."""
-        if self.size == 1:
-            return loss, grads, rates
-        scalars = np.array([loss] + ([] if rates is None else list(rates)), np.float64)
-        grads, scalars = distributed.allreduce_tree((grads, scalars))
-        return float(scalars[0]), grads, (None if rates is None else scalars[1:])
+    def mean_rates(self, rates):
+        """The boundary rates averaged over ranks (None stays None). The loss and the gradients are
+        averaged inside the training step (`train.step.training_step`)."""
+        if self.size == 1 or rates is None:
+            return rates
+        return distributed.allreduce_tree(np.array(rates, np.float64))
 
     def agree(self, stop: bool, elapsed: float) -> tuple[bool, float]:
         """Whether any rank was asked to stop, and the longest elapsed time: so all stop together."""

@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 import minflux as mf
+from minflux import distributed
 
 from .divergence import OVERFLOWED, describe_nonfinite, nonfinite_leaves, norm_checks_finiteness
 
@@ -44,8 +45,15 @@ def loss_and_gradients(model, state, inputs, targets, slope):
 
 
 def training_step(model, opt_state, state, inputs, targets, slope):
-    """Train ``model`` on one window in place; returns ``(loss, new_state, boundaries)``."""
+    """Train ``model`` on one window in place; returns ``(loss, new_state, boundaries)``.
+
+    Over several MPI ranks the loss (in float64) and the gradients are averaged over all ranks before
+    the check and the update (`minflux.distributed.allreduce_tree`, one operation of the recorded
+    step), so every rank takes the same decision and the same update."""
     (loss, new_state, boundaries), grads = loss_and_gradients(model, state, inputs, targets, slope)
+    if distributed.size() > 1:
+        total, grads = distributed.allreduce_tree((loss.astype(np.float64)[None], grads))  # [None]: an array
+        loss = total[0]
     # a throwing ClipNorm first reads the gradients' norm anyway: then only the loss is checked here
     checked = [] if norm_checks_finiteness(opt_state) else mf.tree.leaves(grads, trainable_only=False)
     _raise_unless_finite(loss, checked)

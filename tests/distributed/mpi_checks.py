@@ -75,6 +75,33 @@ def check_nccl(d, comm):
                 broadcast=np.asarray(broadcast["p"]), tied=reduced["tied"] is reduced["W"])
 
 
+def check_compiled_step(d, comm):
+    """A data-parallel training step (gradient, loss and gradients averaged over the ranks, clip,
+    Adam) through `mf.compile` and run eagerly, 72 calls each on this rank's own batches."""
+    import minflux as mf
+
+    def step(model, opt_state, x, y):
+        loss, (grads,) = mf.withgradient(lambda m: mf.mean((m(x) - y) ** 2), model)
+        loss, grads = d.allreduce_tree((loss[None], grads))   # an array: a numpy scalar is configuration
+        mf.optim.update(opt_state, model, grads)
+        return loss[0]
+
+    data = np.random.default_rng(10 + d.rank())
+    batches = [(data.standard_normal((4, 5)).astype(np.float32), data.standard_normal((4, 3)).astype(np.float32))
+               for _ in range(72)]
+    compiled = mf.compile(step)
+    runs = {}
+    for name, fn in (("compiled", compiled), ("eager", step)):
+        rng = np.random.default_rng(0)    # the same parameters on every rank
+        model = mf.nn.Chain(mf.nn.Dense(5, 8, mf.tanh, rng=rng), mf.nn.Dense(8, 3, rng=rng))
+        opt_state = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(0.5, throw=False), mf.optim.Adam(0.01)),
+                                   model)
+        losses = [np.array(fn(model, opt_state, x, y)) for x, y in batches]
+        runs[name] = dict(losses=losses, leaves=[np.array(a) for a in
+                                                 mf.tree.leaves((model, opt_state), trainable_only=False)])
+    return dict(runs=runs, replays=compiled.replays, recordings=compiled.recordings)
+
+
 def check_watchdog(d, comm):
     if d.rank() == 1:
         time.sleep(40)  # far longer than the timeout: rank 0 must not wait for it

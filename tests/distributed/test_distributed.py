@@ -93,6 +93,19 @@ def test_allreduce_mean_is_exact_identical_on_every_rank_and_keeps_the_tree(tmp_
         np.testing.assert_array_equal(got["largest"]["x"], [1, 0])
 
 
+def test_a_compiled_data_parallel_step_replays_bit_identical_to_its_eager_run(tmp_path):
+    ranks = two_ranks("compiled_step", tmp_path)
+    for got in ranks:
+        assert got["recordings"] == 1 and got["replays"] == 71   # the allreduce is one recorded operation
+        compiled, eager = got["runs"]["compiled"], got["runs"]["eager"]
+        for a, b in zip(compiled["losses"] + compiled["leaves"], eager["losses"] + eager["leaves"]):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    # every rank averaged the same losses and gradients, so all hold the same parameters
+    for a, b in zip(ranks[0]["runs"]["compiled"]["leaves"], ranks[1]["runs"]["compiled"]["leaves"]):
+        assert a.tobytes() == b.tobytes()
+    assert ranks[0]["runs"]["compiled"]["losses"][0] == ranks[1]["runs"]["compiled"]["losses"][0]
+
+
 def test_broadcast_gives_root_values_and_a_mismatch_fails_on_every_rank(tmp_path):
     ranks = two_ranks("broadcast", tmp_path)
     for got in ranks:

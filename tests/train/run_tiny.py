@@ -3,7 +3,8 @@
 ``RUN_TINY_STEP_SECONDS`` slows every step down (so a test can kill the process mid-run);
 ``RUN_TINY_FSIZE`` sets RLIMIT_FSIZE (bytes) once training has started, with SIGXFSZ ignored, so a
 write past it fails the way a full disk does. ``RUN_TINY_PID_DIR`` makes each MPI rank write its pid
-to ``rank<N>.pid`` there (so a test can kill one rank).
+to ``rank<N>.pid`` there (so a test can kill one rank). ``RUN_TINY_NAN_RANK`` makes that MPI rank's
+parameters NaN before its fourth step (so a test can see every rank stop together).
 """
 import os
 import resource
@@ -29,6 +30,16 @@ def limited_fit(real):
     return fit
 
 
+def poisoned_step(real):
+    def step(self, window):
+        if self.position.step == 3:
+            import minflux as mf
+
+            mf.tree.leaves(self.model)[0][...] = float("nan")
+        return real(self, window)
+    return step
+
+
 if __name__ == "__main__":  # only as a program: importing this file changes nothing
     sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
     import conftest
@@ -43,6 +54,8 @@ if __name__ == "__main__":  # only as a program: importing this file changes not
     if os.environ.get("RUN_TINY_PID_DIR"):
         Path(os.environ["RUN_TINY_PID_DIR"], f"rank{os.environ.get('PMI_RANK', '0')}.pid").write_text(
             str(os.getpid()))
+    if os.environ.get("RUN_TINY_NAN_RANK", "none") == os.environ.get("PMI_RANK", "0"):
+        Trainer.train_step = poisoned_step(Trainer.train_step)
     if os.environ.get("RUN_TINY_FSIZE"):
         Trainer.fit = limited_fit(Trainer.fit)
     sys.exit(main(sys.argv[1:]))

@@ -51,7 +51,8 @@ def records(run):
 def test_two_ranks_give_the_parameters_of_one_process_and_rerun_bit_identically(cfg, tmp_path, tiny_model):
     assert train_main(["--config", str(cfg), "--out", str(tmp_path / "one"), *STEPS]) == 0
     two_ranks("--config", cfg, "--out", tmp_path / "two", *STEPS)
-    two_ranks("--config", cfg, "--out", tmp_path / "again", *STEPS)
+    again_run = two_ranks("--config", cfg, "--out", tmp_path / "again", *STEPS)
+    assert "runs eagerly" not in again_run.stderr    # the averaging is part of the replayed step
     one, meta_one = checkpoint(tmp_path / "one")
     two, meta_two = checkpoint(tmp_path / "two")
     again, _ = checkpoint(tmp_path / "again")
@@ -122,6 +123,16 @@ def test_killing_one_rank_ends_the_job_and_the_run_resumes(cfg, tmp_path, tiny_m
     step = checkpoint(out)[1]["step"]
     two_ranks("--out", out, "--resume", "--set", f"train.max_steps={step + 2}", "--quiet")
     assert checkpoint(out)[1]["step"] == step + 2
+
+
+def test_a_step_that_is_not_finite_on_one_rank_stops_every_rank_at_that_step(cfg, tmp_path):
+    done = launch(2, RUN_TINY, "--config", cfg, "--out", tmp_path / "r", *STEPS,
+                  env={"RUN_TINY_NAN_RANK": "1"})
+    assert done.returncode != 0
+    # rank 0's own gradients are finite; it stops because the averaged ones are not, at the same step
+    assert ("training stopped: the loss or the gradients averaged over the 2 ranks are not finite (this "
+            "rank's own are) at step 4") in done.stderr
+    assert "training stopped: the loss is nan at step 4" in done.stderr
 
 
 def test_a_batch_that_does_not_split_over_the_ranks_is_a_clear_error(cfg, tmp_path):

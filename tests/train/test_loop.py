@@ -229,10 +229,15 @@ def test_finite_gradients_are_checked_by_the_clipping_norm_alone(cfg, tmp_path, 
     assert outcome.position.step == 4 and seen and set(seen) == {checked}
 
 
-def test_an_overflowing_norm_of_finite_gradients_is_named_as_such():
-    from minflux_train.divergence import OVERFLOWED, update_if_finite
+def test_an_overflowing_norm_of_finite_gradients_is_named_as_such(monkeypatch):
+    from minflux_train import step
+    from minflux_train.divergence import OVERFLOWED
 
     model = {"w": np.zeros(2, np.float32)}
-    state = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0, throw=True), mf.optim.Adam(0.1)), model)
-    assert update_if_finite(state, model, {"w": np.array([3e38, 3e38], np.float32)}) == OVERFLOWED
-    assert not model["w"].any()
+    opt_state = mf.optim.setup(mf.optim.chain(mf.optim.ClipNorm(1.0, throw=True), mf.optim.Adam(0.1)), model)
+    grads = {"w": np.array([3e38, 3e38], np.float32)}     # finite, but their squares overflow
+    monkeypatch.setattr(step, "loss_and_gradients", lambda *args: ((np.float32(1.0), None, None), grads))
+    with pytest.raises(FloatingPointError):
+        step.training_step(model, opt_state, None, None, None, None)
+    assert not model["w"].any()                             # nothing was updated
+    assert step.why_not_finite(model, None, None, None, None) == OVERFLOWED

@@ -83,6 +83,29 @@ prime = "the "
     return config
 
 
+@pytest.fixture
+def nan_loss_at(monkeypatch, tiny_model):
+    """``nan_loss_at(n)``: the stand-in model's logits are NaN in step ``n`` only, through data the step
+    reads (so a compiled step sees it change too)."""
+    from minflux_train.loop import Trainer
+
+    def arrange(step: int) -> None:
+        real_call, real_step = tiny_model.__call__, Trainer.train_step
+        poison = np.ones((), np.float32)
+
+        def poisoned(self, tokens, state, slope=None):
+            logits, state, z = real_call(self, tokens, state, slope)
+            return logits * poison, state, z
+
+        def poisoned_at_step(self, window):
+            poison[...] = np.nan if self.position.step == step - 1 else 1.0
+            return real_step(self, window)
+
+        monkeypatch.setattr(tiny_model, "__call__", poisoned)
+        monkeypatch.setattr(Trainer, "train_step", poisoned_at_step)
+    return arrange
+
+
 class Interruptions:
     """What a test does to `Trainer.train_step`: ``kill_at(n)`` raises SystemExit when step ``n``
     would run (a kill: no cleanup, no checkpoint), ``ctrl_c()`` sends SIGINT after every step, and

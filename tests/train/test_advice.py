@@ -47,24 +47,6 @@ def test_a_missing_config_names_it_once(tmp_path, monkeypatch):
     assert "shipped configs: default.toml" in message
 
 
-def diverge_at_step_5(monkeypatch, tiny_model):
-    real_call = tiny_model.__call__
-    poison = np.ones((), np.float32)
-
-    def poisoned(self, tokens, state, slope=None):
-        logits, state, z = real_call(self, tokens, state, slope)
-        return logits * poison, state, z
-
-    monkeypatch.setattr(tiny_model, "__call__", poisoned)
-    real_step = Trainer.train_step
-
-    def at_step_5(self, window):
-        poison[...] = np.nan if self.position.step == 4 else 1.0
-        return real_step(self, window)
-
-    monkeypatch.setattr(Trainer, "train_step", at_step_5)
-
-
 @pytest.mark.parametrize("keys, advice, not_advised", [
     ([], "Try a smaller learning rate, e.g. --set optim.lr=0.0002 (gradient clipping is already on: "
          "optim.clip_norm = 1.0).", "--set optim.clip_norm"),
@@ -73,9 +55,9 @@ def diverge_at_step_5(monkeypatch, tiny_model):
     (["optim.lr=0.01", "optim.schedule=constant", "optim.warmup_steps=9"],
      "e.g. --set optim.lr=0.0005 (gradient clipping", "--set optim.clip_norm"),  # a tenth of step 5's rate
 ])
-def test_a_diverged_run_advises_what_would_change_something(cfg, tmp_path, tiny_model, monkeypatch, capsys,
-                                                            keys, advice, not_advised):
-    diverge_at_step_5(monkeypatch, tiny_model)
+def test_a_diverged_run_advises_what_would_change_something(cfg, tmp_path, nan_loss_at, capsys, keys, advice,
+                                                            not_advised):
+    nan_loss_at(5)
     args = ["--config", str(cfg), "--out", str(tmp_path / "run"), "--quiet"]
     assert main(args + [a for k in keys for a in ("--set", k)]) == 1
     line = one_error(capsys)

@@ -102,23 +102,9 @@ def test_hard_kill_then_resume_recomputes_the_lost_steps_identically(cfg, tmp_pa
     assert steps == sorted(set(steps))  # steps 16.. were logged once, not twice
 
 
-def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(cfg, tmp_path, tiny_model,
+def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(cfg, tmp_path, nan_loss_at,
                                                                               monkeypatch, capsys):
-    real_call = tiny_model.__call__
-    poison = np.ones((), np.float32)   # data the step reads, so a compiled step sees it change too
-
-    def poisoned(self, tokens, state, slope=None):
-        logits, state, z = real_call(self, tokens, state, slope)
-        return logits * poison, state, z
-
-    monkeypatch.setattr(tiny_model, "__call__", poisoned)
-    real_step = Trainer.train_step
-
-    def at_step_8(self, window):
-        poison[...] = np.nan if self.position.step == 7 else 1.0
-        return real_step(self, window)
-
-    monkeypatch.setattr(Trainer, "train_step", at_step_8)
+    nan_loss_at(8)
     out = tmp_path / "run"
     seen = {}
     real_save = Trainer.save

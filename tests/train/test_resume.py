@@ -68,6 +68,16 @@ def assert_identical_runs(config, a, b):
     assert ra == rb  # the same train / valid / lr lines, each once: means over the same steps
 
 
+def killed_and_resumed(config, interrupt, step: int, path):
+    """A run of ``config`` into ``path`` killed when step ``step`` would run (no cleanup, no checkpoint:
+    the steps since the last one are lost), then resumed to its end; the resumed run's outcome."""
+    interrupt.kill_at(step)
+    with pytest.raises(SystemExit):
+        train(config, RunDir(path))
+    interrupt.stop()
+    return train(config, RunDir(path), resume=True)
+
+
 @pytest.fixture
 def whole(cfg, tmp_path, tiny_model):
     config = load_config(cfg, LONG)
@@ -80,11 +90,7 @@ def whole(cfg, tmp_path, tiny_model):
                                      *(pytest.param(k, marks=pytest.mark.slow) for k in (34, 37))])
 def test_hard_kill_anywhere_then_resume_is_bit_identical_across_epochs(whole, tmp_path, interrupt, kill_at):
     config, reference = whole
-    interrupt.kill_at(kill_at)  # no cleanup, no checkpoint: the steps since the last one are lost
-    with pytest.raises(SystemExit):
-        train(config, RunDir(tmp_path / "split"))
-    interrupt.stop()
-    resumed = train(config, RunDir(tmp_path / "split"), resume=True)
+    resumed = killed_and_resumed(config, interrupt, kill_at, tmp_path / "split")
     assert resumed.valid.bpc == reference.valid.bpc and resumed.sample == reference.sample
     assert_identical_runs(config, tmp_path / "whole", tmp_path / "split")
 

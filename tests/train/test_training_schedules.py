@@ -15,7 +15,7 @@ from minflux_train.loop import Trainer, start_run, train
 from minflux_train.lr_schedule import LearningRate
 from minflux_train.runs import RunDir
 
-from test_resume import LONG, assert_identical_runs, finished, plain
+from test_resume import LONG, assert_identical_runs, finished, killed_and_resumed, plain
 
 pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
 
@@ -56,11 +56,7 @@ def test_a_cosine_run_with_warmup_killed_anywhere_resumes_bit_identically(cfg, t
                                                                           interrupt):
     config = load_config(cfg, COSINE)
     reference = train(config, RunDir(tmp_path / "whole"))
-    interrupt.kill_at(4)  # in the warm-up, after the checkpoint of step 3
-    with pytest.raises(SystemExit):
-        train(config, RunDir(tmp_path / "split"))
-    interrupt.stop()
-    resumed = train(config, RunDir(tmp_path / "split"), resume=True)
+    resumed = killed_and_resumed(config, interrupt, 4, tmp_path / "split")  # in the warm-up, after step 3's checkpoint
     assert resumed.valid.bpc == reference.valid.bpc and resumed.sample == reference.sample
     assert_identical_runs(config, tmp_path / "whole", tmp_path / "split")
     assert rates(tmp_path / "split") == rates(tmp_path / "whole")

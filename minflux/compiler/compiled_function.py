@@ -168,17 +168,23 @@ class CompiledFunction:
 
     def numba_launcher(self, dual: DualFunction, arrays: list, float_dtype, shape: tuple):
         """The numba `Launcher` of ``dual`` for arrays laid out as ``arrays`` are (memoised)."""
-        from . import numba_backend  # numba is imported on the first kernel, not with minflux
+        from . import llvm_backend, numba_backend  # LLVM and numba load on the first kernel, not with minflux
 
         layout = plan(arrays, shape)
-        key = (id(dual), float_dtype, layout, shape, settings.get("numba_branches"))
+        compiler = settings.get("kernel_compiler"), settings.get("numba_branches")
+        key = (id(dual), float_dtype, layout, shape, compiler)
         hit = self.launchers.get(key)
         if hit is None or hit[0] is not dual:
-            kernel_key = ("numba", id(dual), float_dtype, layout.patterns, settings.get("numba_branches"))
+            kernel_key = ("cpu", id(dual), float_dtype, layout.patterns, compiler)
             built = self.kernels.get(kernel_key)
             if built is None or built[0] is not dual:
-                built = self.kernels[kernel_key] = (
-                    dual, numba_backend.build_kernel(dual, float_dtype, layout.patterns))
+                try:
+                    if compiler[0] != "llvm":
+                        raise llvm_backend.Unspelled("numba chosen")
+                    kernel = llvm_backend.build_kernel(dual, float_dtype, layout.patterns)
+                except llvm_backend.Unspelled:   # a primitive that only numba spells
+                    kernel = numba_backend.build_kernel(dual, float_dtype, layout.patterns)
+                built = self.kernels[kernel_key] = (dual, kernel)
             if len(self.launchers) >= _LAUNCHERS_LIMIT:
                 self.launchers.clear()
             hit = self.launchers[key] = (dual, numba_backend.launcher(built[1], dual, layout, float_dtype,

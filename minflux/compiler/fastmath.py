@@ -19,6 +19,8 @@ at most 3 ulp; ``softplus_f32`` at most 4 ulp. Special values: ``exp`` overflows
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
@@ -140,7 +142,7 @@ def expm1_f32(x):
     s = _scale(_F(1.0), t)
     medium = s * p + (s - _F(1.0))                  # no cancellation for n >= 1
     large = _scale(p + _F(1.0), t) - _F(1.0)        # s alone may overflow where exp(x) does not
-    small = _expm1_poly(x)
+    small = x if x == _F(0.0) else _expm1_poly(x)   # -0.0 stays -0.0
     y = large if k > _F(32.0) else medium
     return small if abs(x) < _F(0.3) else y
 
@@ -190,8 +192,7 @@ def tanh_f32(x):
     a = abs(x)
     a = _F(9.5) if a > _F(9.5) else a               # tanh(9.5) rounds to 1 in float32
     t = expm1_f32(_F(2.0) * a)
-    y = t / (t + _F(2.0))
-    y = -y if x < _F(0.0) else y
+    y = math.copysign(t / (t + _F(2.0)), x)         # odd, -0.0 included
     return y + x if x != x else y
 
 

@@ -25,6 +25,7 @@ def f(v_x):
 """
 from __future__ import annotations
 
+from ..runtime import settings
 from .ir import Assign, Call, Const, Function, If, Return, Temporaries, Var, has_loops
 
 _ZERO = {"f": 0.0, "i": 0, "b": False}
@@ -139,3 +140,19 @@ def if_convert(fn: Function) -> Function:
     body = _reuse_common_calls(cv.out, stable) + [Return(tuple(Var(o) for o in cv.outputs))]
     return Function(fn.name, list(fn.params), body, cv.kinds, list(fn.output_kinds), cv.temps,
                     dict(fn.subroutines), fn.n_outputs)
+
+
+def prepare(fn: Function) -> Function:
+    """``fn`` as a CPU kernel compiles it: if-converted when it has no loops, unless
+    ``MINFLUX_NUMBA_BRANCHES=real`` keeps its branches.
+
+    >>> from minflux.compiler.frontend import parse
+    >>> from minflux.compiler.kinds import infer_kinds
+    >>> def f(x):
+    ...     return -x if x < 0 else x
+    >>> any(isinstance(s, If) for s in prepare(infer_kinds(parse(f).function, ["f"])).body)
+    False
+    """
+    if settings.get("numba_branches") != "real" and not has_loops(fn.body):
+        return if_convert(fn)
+    return fn

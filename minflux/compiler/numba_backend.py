@@ -42,7 +42,7 @@ from ..runtime.row_pool import run_rows
 from ..runtime.threads import PARALLEL_MIN_ELEMENTS, threads_now
 from .dtypes import kind_dtype
 from .errors import CompileError
-from .ifconvert import if_convert
+from .ifconvert import prepare
 from .ir import Assign, Break, Call, Continue, Function, If, Loop, Return, Var, has_loops
 from .layout import Plan, read
 from .rules import TABLE
@@ -228,14 +228,6 @@ def _straight_line(fn: Function) -> bool:
     return isinstance(last, Return) and all(isinstance(s, Assign) for s in body)
 
 
-def _prepare(fn: Function) -> Function:
-    mode = settings.get("numba_branches")
-    if mode == "select" or (mode == "auto" and not has_loops(fn.body)):
-        if not has_loops(fn.body):
-            return if_convert(fn)
-    return fn
-
-
 def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
     """The Python source of the kernel module for transformed ``fn`` and input ``patterns``.
 
@@ -246,9 +238,9 @@ def generate_source(fn: Function, float_type: str, patterns: tuple) -> str:
     lines = []
     sub_names = {op: f"_sub{i}" for i, op in enumerate(sorted(fn.subroutines))}
     for op, name in sub_names.items():
-        lines += _Printer(_prepare(fn.subroutines[op]), float_type, sub_names, constants, True).function(name)
+        lines += _Printer(prepare(fn.subroutines[op]), float_type, sub_names, constants, True).function(name)
         lines.append("")
-    prepared = _prepare(fn)
+    prepared = prepare(fn)
     inline = _straight_line(prepared)
     if not inline:
         lines += _Printer(prepared, float_type, sub_names, constants).function("_body")

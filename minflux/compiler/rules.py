@@ -55,6 +55,10 @@ class Primitive:
     * ``numba`` / ``numba_f32``: the numba backend's spelling, a ``str.format`` template of the
       argument expressions ``{0}, {1}, ...`` (``_F`` is the kernel's float type), and an optional
       vectorisable float32 form;
+    * ``llvm`` / ``llvm_int``: the LLVM backend's spelling, one LLVM instruction on the operand values
+      ``{0}, {1}, ...`` (``{t}`` is their LLVM type, ``{tag}`` ``f32``, ``f64`` or ``i64``, ``{s}``
+      the C library suffix ``f`` or nothing), for floats and bools, and for 64-bit integers; the
+      helpers ``@minflux_...`` it may call are `minflux.compiler.llvm_math`'s;
     * ``cuda`` / ``cuda_fast32`` / ``cuda_int``: the CUDA C spelling for floats (``{t}`` is the C
       float type, ``{s}`` the libm suffix ``f`` or nothing, ``{tag}`` ``f32`` or ``f64``), an
       optional fast-math float32 form, and the spelling for 64-bit integers.
@@ -76,6 +80,8 @@ class Primitive:
     finite: bool = False
     numba: str | None = None
     numba_f32: str | None = None
+    llvm: str | None = None
+    llvm_int: str | None = None
     cuda: str | None = None
     cuda_fast32: str | None = None
     cuda_int: str | None = None
@@ -154,76 +160,104 @@ def _off_origin(m, denominator, numerator):
 # arithmetic
 _WRAP = "minflux_wrap_i64((unsigned long long)({0}) %s (unsigned long long)({1}))"
 define("add", lambda xp, a, b: a + b, lambda m, a, b, y: 1, lambda m, a, b, y: 1, result="arith",
-       finite=True, numba="({0} + {1})", cuda="({0} + {1})", cuda_int=_WRAP % "+")
+       finite=True, llvm="fadd {t} {0}, {1}", llvm_int="add {t} {0}, {1}", numba="({0} + {1})",
+       cuda="({0} + {1})", cuda_int=_WRAP % "+")
 define("subtract", lambda xp, a, b: a - b, lambda m, a, b, y: 1, lambda m, a, b, y: -1, result="arith",
-       finite=True, numba="({0} - {1})", cuda="({0} - {1})", cuda_int=_WRAP % "-")
+       finite=True, llvm="fsub {t} {0}, {1}", llvm_int="sub {t} {0}, {1}", numba="({0} - {1})",
+       cuda="({0} - {1})", cuda_int=_WRAP % "-")
 define("multiply", lambda xp, a, b: a * b, lambda m, a, b, y: b, lambda m, a, b, y: a, result="arith",
-       finite=True, numba="({0} * {1})", cuda="({0} * {1})", cuda_int=_WRAP % "*")
+       finite=True, llvm="fmul {t} {0}, {1}", llvm_int="mul {t} {0}, {1}", numba="({0} * {1})",
+       cuda="({0} * {1})", cuda_int=_WRAP % "*")
 define("divide", lambda xp, a, b: a / b, lambda m, a, b, y: 1 / b, lambda m, a, b, y: -y / b, cost=2.5,
-       numba="({0} / {1})", cuda="({0} / {1})", cuda_fast32="__fdividef({0}, {1})")
+       llvm="fdiv {t} {0}, {1}", numba="({0} / {1})", cuda="({0} / {1})", cuda_fast32="__fdividef({0}, {1})")
 define("power", lambda xp, a, b: a ** b,
        lambda m, a, b, y: m.where(b == 0, 0.0, b * a ** (b - 1)),
        lambda m, a, b, y: m.where(a > 0, y * m.log(m.where(a > 0, a, 1.0)), 0.0),
        doc="d/db a**b = a**b log a for a > 0 and 0 otherwise", cost=220.0,
-       numba="_F({0} ** {1})", cuda="pow{s}({0}, {1})")
+       llvm="call {t} @llvm.pow.{tag}({t} {0}, {t} {1})", numba="_F({0} ** {1})", cuda="pow{s}({0}, {1})")
 define("floor_divide", lambda xp, a, b: xp.floor_divide(a, b), lambda m, a, b, y: 0, lambda m, a, b, y: 0,
-       result="arith", cost=210.0, numba="({0} // {1})", cuda="minflux_floordiv_{tag}({0}, {1})",
+       result="arith", cost=210.0, llvm="call {t} @minflux_floordiv_{tag}({t} {0}, {t} {1})",
+       llvm_int="call {t} @minflux_floordiv_{tag}({t} {0}, {t} {1})", numba="({0} // {1})",
+       cuda="minflux_floordiv_{tag}({0}, {1})",
        cuda_int="minflux_floordiv_i64({0}, {1})")
 define("mod", lambda xp, a, b: xp.mod(a, b), lambda m, a, b, y: 1, lambda m, a, b, y: -m.floor(a / b),
-       result="arith", cost=215.0, numba="({0} % {1})", cuda="minflux_mod_{tag}({0}, {1})",
+       result="arith", cost=215.0, llvm="call {t} @minflux_mod_{tag}({t} {0}, {t} {1})",
+       llvm_int="call {t} @minflux_mod_{tag}({t} {0}, {t} {1})", numba="({0} % {1})",
+       cuda="minflux_mod_{tag}({0}, {1})",
        cuda_int="minflux_mod_i64({0}, {1})")
-define("negative", lambda xp, x: -x, lambda m, x, y: -1, result="arith", finite=True, numba="(-{0})",
+define("negative", lambda xp, x: -x, lambda m, x, y: -1, result="arith", finite=True, llvm="fneg {t} {0}",
+       llvm_int="sub {t} 0, {0}", numba="(-{0})",
        cuda="(-{0})", cuda_int="minflux_wrap_i64(0ULL - (unsigned long long)({0}))")
 define("abs", lambda xp, x: xp.abs(x), lambda m, x, y: m.sign(x), result="arith", finite=True,
+       llvm="call {t} @llvm.fabs.{tag}({t} {0})", llvm_int="call {t} @minflux_abs_i64({t} {0})",
        numba="abs({0})", cuda="fabs{s}({0})", cuda_int="minflux_abs_i64({0})")
 define("sign", lambda xp, x: xp.sign(x), lambda m, x, y: 0, result="arith", finite=True,
+       llvm="call {t} @minflux_sign_{tag}({t} {0})", llvm_int="call {t} @minflux_sign_{tag}({t} {0})",
        numba="np.sign({0})", cuda="minflux_sign_{tag}({0})", cuda_int="minflux_sign_i64({0})")
-define("floor", lambda xp, x: xp.floor(x), lambda m, x, y: 0, finite=True, numba="np.floor({0})",
+define("floor", lambda xp, x: xp.floor(x), lambda m, x, y: 0, finite=True,
+       llvm="call {t} @llvm.floor.{tag}({t} {0})", numba="np.floor({0})",
        cuda="floor{s}({0})")
 define("maximum", lambda xp, a, b: xp.maximum(a, b),
        lambda m, a, b, y: _step(m, a >= b), lambda m, a, b, y: _step(m, a < b), result="select",
-       finite=True, numba="_max({0}, {1})", cuda="minflux_max_{tag}({0}, {1})",
+       finite=True, llvm="call {t} @minflux_max_{tag}({t} {0}, {t} {1})",
+       llvm_int="call {t} @llvm.smax.i64({t} {0}, {t} {1})", numba="_max({0}, {1})",
+       cuda="minflux_max_{tag}({0}, {1})",
        cuda_int="(({0} >= {1}) ? {0} : {1})")
 define("minimum", lambda xp, a, b: xp.minimum(a, b),
        lambda m, a, b, y: _step(m, a <= b), lambda m, a, b, y: _step(m, a > b), result="select",
-       finite=True, numba="_min({0}, {1})", cuda="minflux_min_{tag}({0}, {1})",
+       finite=True, llvm="call {t} @minflux_min_{tag}({t} {0}, {t} {1})",
+       llvm_int="call {t} @llvm.smin.i64({t} {0}, {t} {1})", numba="_min({0}, {1})",
+       cuda="minflux_min_{tag}({0}, {1})",
        cuda_int="(({0} <= {1}) ? {0} : {1})")
 define("clip", _clip,
        lambda m, x, lo, hi, y: _step(m, x >= lo) * _step(m, x <= hi),
        lambda m, x, lo, hi, y: _step(m, x < lo),
        lambda m, x, lo, hi, y: _step(m, x > hi) * _step(m, x >= lo), result="select", finite=True,
-       numba="_min(_max({0}, {1}), {2})", cuda="minflux_min_{tag}(minflux_max_{tag}({0}, {1}), {2})",
+       llvm="call {t} @minflux_clip_{tag}({t} {0}, {t} {1}, {t} {2})",
+       llvm_int="call {t} @minflux_clip_{tag}({t} {0}, {t} {1}, {t} {2})", numba="_min(_max({0}, {1}), {2})",
+       cuda="minflux_min_{tag}(minflux_max_{tag}({0}, {1}), {2})",
        cuda_int="(((({0} >= {1}) ? {0} : {1}) <= {2}) ? (({0} >= {1}) ? {0} : {1}) : {2})")
 # transcendental (numba_f32: the vectorisable float32 forms of `minflux.compiler.fastmath`)
-define("exp", lambda xp, x: xp.exp(x), lambda m, x, y: y, cost=16.0, numba="_F(math.exp({0}))",
+define("exp", lambda xp, x: xp.exp(x), lambda m, x, y: y, cost=16.0,
+       llvm="call {t} @minflux_exp_{tag}({t} {0})", numba="_F(math.exp({0}))",
        numba_f32="exp_f32({0})", cuda="exp{s}({0})", cuda_fast32="__expf({0})")
-define("log", lambda xp, x: xp.log(x), lambda m, x, y: 1 / x, cost=18.0, numba="_F(_log64({0}))",
+define("log", lambda xp, x: xp.log(x), lambda m, x, y: 1 / x, cost=18.0,
+       llvm="call {t} @minflux_log_{tag}({t} {0})", numba="_F(_log64({0}))",
        numba_f32="log_f32({0})", cuda="log{s}({0})", cuda_fast32="__logf({0})")
 define("log1p", lambda xp, x: xp.log1p(x), lambda m, x, y: 1 / (1 + x), cost=21.0,
-       numba="_F(_log1p64({0}))", numba_f32="log1p_f32({0})", cuda="log1p{s}({0})")
-define("expm1", lambda xp, x: xp.expm1(x), lambda m, x, y: y + 1, cost=25.0, numba="_F(math.expm1({0}))",
+       llvm="call {t} @minflux_log1p_{tag}({t} {0})", numba="_F(_log1p64({0}))", numba_f32="log1p_f32({0})",
+       cuda="log1p{s}({0})")
+define("expm1", lambda xp, x: xp.expm1(x), lambda m, x, y: y + 1, cost=25.0,
+       llvm="call {t} @minflux_expm1_{tag}({t} {0})", numba="_F(math.expm1({0}))",
        numba_f32="expm1_f32({0})", cuda="expm1{s}({0})")
-define("sqrt", lambda xp, x: xp.sqrt(x), lambda m, x, y: 0.5 / y, cost=4.5, numba="np.sqrt({0})",
+define("sqrt", lambda xp, x: xp.sqrt(x), lambda m, x, y: 0.5 / y, cost=4.5,
+       llvm="call {t} @llvm.sqrt.{tag}({t} {0})", numba="np.sqrt({0})",
        cuda="sqrt{s}({0})")
 define("sin", lambda xp, x: xp.sin(x), lambda m, x, y: m.cos(x), cost=88.0, finite=True,
-       numba="_F(math.sin({0}))", cuda="sin{s}({0})")
+       llvm="call {t} @llvm.sin.{tag}({t} {0})", numba="_F(math.sin({0}))", cuda="sin{s}({0})")
 define("cos", lambda xp, x: xp.cos(x), lambda m, x, y: -m.sin(x), cost=87.0, finite=True,
-       numba="_F(math.cos({0}))", cuda="cos{s}({0})")
+       llvm="call {t} @llvm.cos.{tag}({t} {0})", numba="_F(math.cos({0}))", cuda="cos{s}({0})")
 define("tanh", lambda xp, x: xp.tanh(x), lambda m, x, y: 1 - y * y, cost=27.0, finite=True,
-       numba="_F(math.tanh({0}))", numba_f32="tanh_f32({0})", cuda="tanh{s}({0})")
+       llvm="call {t} @minflux_tanh_{tag}({t} {0})", numba="_F(math.tanh({0}))", numba_f32="tanh_f32({0})",
+       cuda="tanh{s}({0})")
 define("sigmoid", _sigmoid, lambda m, x, y: y * (1 - y), cost=20.0, finite=True,
-       numba="_F(_sigmoid64({0}))", numba_f32="sigmoid_f32({0})", cuda="minflux_sigmoid_{tag}({0})",
+       llvm="call {t} @minflux_sigmoid_{tag}({t} {0})", numba="_F(_sigmoid64({0}))",
+       numba_f32="sigmoid_f32({0})", cuda="minflux_sigmoid_{tag}({0})",
        cuda_fast32="minflux_fast_sigmoid_f32({0})")
 define("relu", lambda xp, x: xp.maximum(x, 0), lambda m, x, y: _step(m, x > 0), finite=True,
-       numba="_max({0}, _F(0.0))", cuda="minflux_max_{tag}({0}, ({t})0)")
+       llvm="call {t} @minflux_max_{tag}({t} {0}, {t} 0.0)", numba="_max({0}, _F(0.0))",
+       cuda="minflux_max_{tag}({0}, ({t})0)")
 define("softplus", lambda xp, x: xp.logaddexp(0, x), lambda m, x, y: m.sigmoid(x), cost=40.0,
-       numba="_F(_softplus64({0}))", numba_f32="softplus_f32({0})", cuda="minflux_softplus_{tag}({0})")
+       llvm="call {t} @minflux_softplus_{tag}({t} {0})", numba="_F(_softplus64({0}))",
+       numba_f32="softplus_f32({0})", cuda="minflux_softplus_{tag}({0})")
 
 
 def _libm(name: str, arity: int = 1) -> dict:
     """The spellings of a function numba and CUDA both take from libm under the same name."""
     args = ", ".join(f"{{{k}}}" for k in range(arity))
-    return dict(numba=f"_F(math.{name}({args}))", cuda=f"{name}{{s}}({args})")
+    typed = ", ".join(f"{{t}} {{{k}}}" for k in range(arity))
+    return dict(numba=f"_F(math.{name}({args}))", llvm=f"call {{t}} @{name}{{s}}({typed})",
+                cuda=f"{name}{{s}}({args})")
 
 
 # the rest of Python's math module that scalar functions may call
@@ -265,31 +299,37 @@ def _erf(xp, x):
 
 define("erf", _erf, lambda m, x, y: 1.1283791670955126 * m.exp(-(x * x)),   # 2 / sqrt(pi) exp(-x^2)
        cost=110.0, finite=True, **_libm("erf"))
-define("ceil", lambda xp, x: xp.ceil(x), lambda m, x, y: 0, finite=True, numba="np.ceil({0})",
+define("ceil", lambda xp, x: xp.ceil(x), lambda m, x, y: 0, finite=True,
+       llvm="call {t} @llvm.ceil.{tag}({t} {0})", numba="np.ceil({0})",
        cuda="ceil{s}({0})")
-define("trunc", lambda xp, x: xp.trunc(x), lambda m, x, y: 0, finite=True, numba="np.trunc({0})",
+define("trunc", lambda xp, x: xp.trunc(x), lambda m, x, y: 0, finite=True,
+       llvm="call {t} @llvm.trunc.{tag}({t} {0})", numba="np.trunc({0})",
        cuda="trunc{s}({0})")
 # selection and comparisons (conditions carry no derivative)
 define("where", _where, None, lambda m, c, a, b, y: _step(m, c), lambda m, c, a, b, y: 1 - _step(m, c),
-       result="where", finite=True, numba="_select({0}, {1}, {2})", cuda="({0} ? {1} : {2})",
+       result="where", finite=True, llvm="select i1 {0}, {t} {1}, {t} {2}",
+       llvm_int="select i1 {0}, {t} {1}, {t} {2}", numba="_select({0}, {1}, {2})", cuda="({0} ? {1} : {2})",
        cuda_int="({0} ? {1} : {2})")
 
 
-def _comparison(name: str, impl, operator: str) -> None:
+def _comparison(name: str, impl, operator: str, ordered: str, signed: str) -> None:
+    """A comparison; ``ordered``/``signed`` are LLVM's float and integer predicates (nan compares
+    false, except ``!=``, as in Python)."""
     spelling = f"({{0}} {operator} {{1}})"
-    define(name, impl, None, None, result="bool", finite=True, numba=spelling, cuda=spelling,
-           cuda_int=spelling)
+    define(name, impl, None, None, result="bool", finite=True, numba=spelling,
+           llvm=f"fcmp {ordered} {{t}} {{0}}, {{1}}", llvm_int=f"icmp {signed} {{t}} {{0}}, {{1}}",
+           cuda=spelling, cuda_int=spelling)
 
 
-_comparison("less", lambda xp, a, b: a < b, "<")
-_comparison("less_equal", lambda xp, a, b: a <= b, "<=")
-_comparison("greater", lambda xp, a, b: a > b, ">")
-_comparison("greater_equal", lambda xp, a, b: a >= b, ">=")
-_comparison("equal", lambda xp, a, b: a == b, "==")
-_comparison("not_equal", lambda xp, a, b: a != b, "!=")
+_comparison("less", lambda xp, a, b: a < b, "<", "olt", "slt")
+_comparison("less_equal", lambda xp, a, b: a <= b, "<=", "ole", "sle")
+_comparison("greater", lambda xp, a, b: a > b, ">", "ogt", "sgt")
+_comparison("greater_equal", lambda xp, a, b: a >= b, ">=", "oge", "sge")
+_comparison("equal", lambda xp, a, b: a == b, "==", "oeq", "eq")
+_comparison("not_equal", lambda xp, a, b: a != b, "!=", "une", "ne")
 define("logical_not", lambda xp, x: xp.logical_not(x), None, result="bool", finite=True,
-       numba="(not {0})", cuda="(!{0})", cuda_int="(!{0})")
+       llvm="xor i1 {0}, true", numba="(not {0})", cuda="(!{0})", cuda_int="(!{0})")
 define("logical_and", lambda xp, a, b: xp.logical_and(a, b), None, None, result="bool", finite=True,
-       numba="({0} & {1})", cuda="({0} && {1})", cuda_int="({0} && {1})")
+       llvm="and i1 {0}, {1}", numba="({0} & {1})", cuda="({0} && {1})", cuda_int="({0} && {1})")
 define("logical_or", lambda xp, a, b: xp.logical_or(a, b), None, None, result="bool", finite=True,
-       numba="({0} | {1})", cuda="({0} || {1})", cuda_int="({0} || {1})")
+       llvm="or i1 {0}, {1}", numba="({0} | {1})", cuda="({0} || {1})", cuda_int="({0} || {1})")

@@ -10,8 +10,8 @@ where a factor is zero taken as zero (a zero annihilates an infinity or a NaN, a
 minflux), and the terms added in the node's order, so both give the same bits (but for which of two
 NaNs a sum keeps, which the CPU decides).
 
-The kernels are generated modules compiled and cached like every elementwise kernel
-(`minflux.runtime.kernel_loader.load_kernel`), one per term structure and float type.
+The kernels are written as LLVM IR and compiled and cached like every elementwise kernel
+(`minflux.runtime.kernel_loader.load_ir_kernel`), one per term structure and float type.
 
 >>> import numpy as np
 >>> g = [np.array([1.0, 0.0]), np.array([2.0, 3.0])]
@@ -25,70 +25,67 @@ import threading
 
 import numpy as np
 
-from ..runtime.kernel_loader import load_kernel
+from ..runtime.kernel_loader import load_ir_kernel
 from ..runtime.pointers import pointers
 from ..runtime.row_pool import run_rows
 from ..runtime.threads import PARALLEL_MIN_ELEMENTS, threads_now
 
-__all__ = ["gradient_sums", "kernel_source"]
+__all__ = ["gradient_sums", "kernel_ir"]
 
 _ROW = 1024   # elements per unit of work when a large sum splits over threads
 
-_HEADER = '''"""A minflux node-gradient kernel ({float_type}). Do not edit."""
-import math
-import numpy as np
-from numba import carray, cfunc, types
-
-_F = types.{float_type}
-_ZERO = np.{float_type}(0.0)
-_SIG = types.void(types.int64, types.int64, types.int64, types.int64, types.int64,
-                  {pointers})
+_TYPES = {"float32": "float", "float64": "double"}
 
 
-@cfunc(_SIG, error_model="numpy", boundscheck=False)
-'''
+def kernel_ir(structure: tuple, n_grads: int, n_partials: int, float_type: str, in_place: bool = False) -> str:
+    """The LLVM IR of the kernel for ``structure``: per sum, its ``(gradient, partial)`` terms in
+    order; ``in_place`` stores each sum over its first partial instead of into an output array.
 
-
-def kernel_source(structure: tuple, n_grads: int, n_partials: int, float_type: str,
-                  in_place: bool = False) -> str:
-    """The generated module for ``structure``: per sum, its ``(gradient, partial)`` terms in order;
-    ``in_place`` stores each sum over its first partial instead of into an output array.
-
-    >>> print(kernel_source((((0, 0), (0, 1)),), 1, 2, "float32").split("@cfunc")[1])  # doctest: +ELLIPSIS
-    (_SIG, error_model="numpy", boundscheck=False)
-    def kernel(_r0, _r1, _inner, _total, _rows, _pg0, _pp0, _pp1, _pq0):
+    >>> print(kernel_ir((((0, 0), (0, 1)),), 1, 2, "float32"))  # doctest: +ELLIPSIS
+    ; a minflux node-gradient kernel (float32)
+    define void @minflux_node_kernel(i64 %r0, i64 %r1, i64 %inner, i64 %total, i64 %rows, ptr %g0, ptr %p0, ptr %p1, ptr %q0) {
     ...
-            _t = _g0 * _p
-            if not math.isfinite(_t) and (_g0 == 0 or _p == 0):
-                _t = _ZERO
-            _s = _s + _t
-            q0[_i] = _s
-    <BLANKLINE>
+      %t0.0 = fmul float %g0.v, %x0.0
+    ...
     """
-    names = [f"_pg{j}" for j in range(n_grads)] + [f"_pp{j}" for j in range(n_partials)] + \
-        ([] if in_place else [f"_pq{j}" for j in range(len(structure))])
-    lines = [f"def kernel(_r0, _r1, _inner, _total, _rows, {', '.join(names)}):",
-             "    _lo = _r0 * _inner",
-             "    _hi = min(_r1 * _inner, _total)"]
-    # each array sliced to the rows and indexed from zero: indices LLVM can see are never negative
-    # (so never wrapped around) are what lets it vectorise the loop, 5x faster here
-    lines += [f"    {name[2:]} = carray({name}, (_total,))[_lo:_hi]" for name in names]
-    lines.append("    for _i in range(_hi - _lo):")
-    used = sorted({g for terms in structure for g, _ in terms})
-    lines += [f"        _g{g} = g{g}[_i]" for g in used]
+    t = _TYPES[float_type]
+    names = [f"%g{j}" for j in range(n_grads)] + [f"%p{j}" for j in range(n_partials)] + \
+        ([] if in_place else [f"%q{j}" for j in range(len(structure))])
+    params = ", ".join(["i64 %r0", "i64 %r1", "i64 %inner", "i64 %total", "i64 %rows"] + [f"ptr {n}" for n in names])
+    body = []
+    for g in sorted({g for terms in structure for g, _ in terms}):
+        body += [f"  %g{g}.at = getelementptr {t}, ptr %g{g}.lo, i64 %i", f"  %g{g}.v = load {t}, ptr %g{g}.at",
+                 f"  %g{g}.zero = fcmp oeq {t} %g{g}.v, 0.0"]
     for q, terms in enumerate(structure):
         for n, (g, p) in enumerate(terms):
-            lines += [f"        _p = p{p}[_i]",
-                      f"        _t = _g{g} * _p",
-                      f"        if not math.isfinite(_t) and (_g{g} == 0 or _p == 0):",
-                      "            _t = _ZERO",
-                      "        _s = _t" if n == 0 else "        _s = _s + _t"]
-        # a partial belongs to one sum and is read before its sum is stored, at the same element
-        lines.append(f"        p{terms[0][1]}[_i] = _s" if in_place else f"        q{q}[_i] = _s")
-    header = _HEADER.format(float_type=float_type, pointers=", ".join(["types.CPointer(_F)"] * len(names)))
-    return header + "\n".join(lines) + "\n"
+            v = f"{q}.{n}"
+            body += [f"  %p{v}.at = getelementptr {t}, ptr %p{p}.lo, i64 %i",
+                     f"  %x{v} = load {t}, ptr %p{v}.at",
+                     f"  %t{v} = fmul {t} %g{g}.v, %x{v}",
+                     # a product that is not finite where a factor is zero is zero
+                     f"  %a{v} = call {t} @llvm.fabs.{_TAG[t]}({t} %t{v})",
+                     f"  %f{v} = fcmp olt {t} %a{v}, 0x7FF0000000000000",
+                     f"  %z{v} = fcmp oeq {t} %x{v}, 0.0", f"  %zz{v} = or i1 %g{g}.zero, %z{v}",
+                     f"  %nf{v} = xor i1 %f{v}, true", f"  %k{v} = and i1 %nf{v}, %zz{v}",
+                     f"  %u{v} = select i1 %k{v}, {t} 0.0, {t} %t{v}"]
+            if n:
+                body.append(f"  %s{v} = fadd {t} {total}, %u{v}")
+            total = f"%s{v}" if n else f"%u{v}"
+        target = f"%p{terms[0][1]}.lo" if in_place else f"%q{q}.lo"
+        body += [f"  %o{q}.at = getelementptr {t}, ptr {target}, i64 %i", f"  store {t} {total}, ptr %o{q}.at"]
+    bases = [f"  {n}.lo = getelementptr {t}, ptr {n}, i64 %lo" for n in names]
+    lines = [f"; a minflux node-gradient kernel ({float_type})", f"define void @minflux_node_kernel({params}) {{",
+             "entry:", "  %lo = mul i64 %r0, %inner", "  %end = mul i64 %r1, %inner",
+             "  %short = icmp slt i64 %total, %end", "  %hi = select i1 %short, i64 %total, i64 %end",
+             "  %n = sub i64 %hi, %lo", *bases, "  %some = icmp sgt i64 %n, 0",
+             "  br i1 %some, label %loop, label %done", "loop:", "  %i = phi i64 [0, %entry], [%i.next, %loop]",
+             *body, "  %i.next = add i64 %i, 1", "  %more = icmp slt i64 %i.next, %n",
+             "  br i1 %more, label %loop, label %done", "done:", "  ret void", "}",
+             f"declare {t} @llvm.fabs.{_TAG[t]}({t})"]
+    return "\n".join(lines) + "\n"
 
 
+_TAG = {"float": "f32", "double": "f64"}
 _kernels: dict = {}
 _lock = threading.Lock()
 
@@ -97,9 +94,10 @@ def _kernel(structure: tuple, n_grads: int, n_partials: int, dtype: np.dtype, in
     key = (structure, n_grads, n_partials, dtype, in_place)   # the dtype, not its .name: 1.7 us a read
     kernel = _kernels.get(key)
     if kernel is None:
-        source = kernel_source(structure, n_grads, n_partials, dtype.name, in_place)
+        ir = kernel_ir(structure, n_grads, n_partials, dtype.name, in_place)
         with _lock:
-            kernel = _kernels[key] = load_kernel(source, n_grads + n_partials + (0 if in_place else len(structure)))
+            kernel = _kernels[key] = load_ir_kernel(ir, "minflux_node_kernel",
+                                                    n_grads + n_partials + (0 if in_place else len(structure)))
     return kernel
 
 

@@ -179,17 +179,7 @@ def load(directory: Path, key: str, n_pointers: int, n_strides: int = 0):
     if meta.get("sha256") != hashlib.sha256(code).hexdigest():
         warn_once(f"the cached kernel {object_path} is damaged (its SHA-256 does not match); recompiling")
         return None
-    if not all(_resolvable(s) for s in meta.get("externals", ())):
-        return None
-    llvm = _binding()
-    with _lock:
-        engine = _get_engine()
-        engine.add_object_file(llvm.ObjectFileRef.from_data(code))
-        engine.finalize_object()
-        address = engine.get_function_address(meta["symbol"])
-    if not address:
-        return None
-    return prototype(n_pointers, n_strides)(address)
+    return link(code, meta["symbol"], meta.get("externals", ()), n_pointers, n_strides)
 
 
 def save(directory: Path, key: str, cfunc) -> None:
@@ -202,9 +192,28 @@ def save(directory: Path, key: str, cfunc) -> None:
     module = library._final_module
     declared = {f.name for f in module.functions if f.is_declaration} | \
         {g.name for g in module.global_variables if g.is_declaration}
+    save_object(directory, key, data[0], cfunc.native_name, sorted(declared))
+
+
+def save_object(directory: Path, key: str, code: bytes, symbol: str, declared) -> None:
+    """Save object ``code`` defining ``symbol``, which refers to the functions ``declared``."""
     externals = sorted(n for n in declared if not n.startswith("llvm."))  # intrinsics are not symbols
-    code = data[0]
     write_atomically(directory / f"{key}.o", code, mode=0o600)
-    meta = {"key": key, "symbol": cfunc.native_name, "externals": externals,
-            "sha256": hashlib.sha256(code).hexdigest()}
+    meta = {"key": key, "symbol": symbol, "externals": externals, "sha256": hashlib.sha256(code).hexdigest()}
     write_atomically(directory / f"{key}.json", json.dumps(meta).encode(), mode=0o600)  # last: marks completion
+
+
+def link(code: bytes, symbol: str, externals, n_pointers: int, n_strides: int = 0):
+    """Object ``code`` linked into this process: ``symbol`` as a ctypes function, or None when a
+    symbol it refers to cannot be resolved."""
+    if not all(_resolvable(s) for s in externals):
+        return None
+    llvm = _binding()
+    with _lock:
+        engine = _get_engine()
+        engine.add_object_file(llvm.ObjectFileRef.from_data(code))
+        engine.finalize_object()
+        address = engine.get_function_address(symbol)
+    if not address:
+        return None
+    return prototype(n_pointers, n_strides)(address)

@@ -1,4 +1,4 @@
-"""Loading a generated kernel module: from memory, from its object code on disk, or compiled by numba now.
+"""Loading a generated kernel: from memory, from its object code on disk, or compiled now (numba, or LLVM).
 
 A kernel is a generated Python module whose ``kernel`` is a numba ``cfunc`` on raw pointers,
 ``kernel(r0, r1, inner, total, rows, row strides..., pointers...)``. `load_kernel` keys it by its
@@ -6,8 +6,9 @@ source, what else its generator says shapes its machine code, the LLVM options, 
 versions and the host CPU (`kernel_cache.cache_key`); it links the object code saved under that
 key in the private kernel directory (`cache_directory.kernel_directory`) when it is there and
 trusted, and otherwise writes the module next to it, lets numba compile it and saves its object
-code for the next process. The elementwise compiler's kernels, the tape's node-gradient kernels
-and the layer-norm row kernels are all loaded here.
+code for the next process. `load_ir_kernel` does the same for a kernel written as LLVM IR, which
+LLVM compiles directly (llvmlite, without numba). The elementwise compiler's kernels, the tape's
+node-gradient kernels and the layer-norm row kernels are all loaded here.
 
 >>> import numpy as np
 >>> source = '''
@@ -38,7 +39,7 @@ from ..files import write_atomically
 from . import kernel_cache
 from .cache_directory import kernel_directory
 
-__all__ = ["LLVM_OPTIONS", "Kernel", "load_kernel"]
+__all__ = ["LLVM_OPTIONS", "Kernel", "load_ir_kernel", "load_kernel"]
 
 
 class Kernel:
@@ -48,22 +49,22 @@ class Kernel:
     False
     """
 
-    def __init__(self, key: str, call, module=None):
+    def __init__(self, key: str, call, assembly=None):
         self.key = key
         self.call = call
-        self.module = module          # the generated module when compiled in this process
+        self._assembly = assembly     # the machine code's text, when compiled in this process
         self.has_loops = False        # loops run in row chunks, so that Ctrl-C is seen between them
 
     @property
     def compiled_here(self) -> bool:
-        """True when numba compiled it in this process, False when loaded as object code."""
-        return self.module is not None
+        """True when compiled in this process, False when loaded as object code."""
+        return self._assembly is not None
 
     def assembly(self) -> str:
         """The machine code (only for a kernel compiled in this process)."""
-        if self.module is None:
+        if self._assembly is None:
             raise ValueError("the kernel was loaded from the disk cache as object code")
-        return self.module.kernel._library.get_asm_str()
+        return self._assembly()
 
 
 _loaded: dict = {}
@@ -129,6 +130,91 @@ def load_kernel(source: str, n_pointers: int, n_strides: int = 0, generator: str
             kernel = Kernel(key, call)
         else:
             module = _compile(source, key, directory)
-            kernel = Kernel(key, kernel_cache.prototype(n_pointers, n_strides)(module.kernel.address), module)
+            kernel = Kernel(key, kernel_cache.prototype(n_pointers, n_strides)(module.kernel.address),
+                            module.kernel._library.get_asm_str)
         _loaded[key] = kernel
+    return kernel
+
+
+_machine = None
+
+
+def _target_machine():
+    global _machine
+    if _machine is None:
+        _configure_llvm()
+        llvm = kernel_cache._binding()
+        _machine = llvm.Target.from_default_triple().create_target_machine(
+            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3,
+            codemodel="jitdefault")
+    return _machine
+
+
+def _compile_ir(ir: str):
+    """LLVM IR text optimised as numba optimises (O3, loop and SLP vectorisers) and compiled:
+    (object code, the names it declares, the optimised module)."""
+    llvm = kernel_cache._binding()
+    machine = _target_machine()
+    module = llvm.parse_assembly(ir)
+    module.triple = llvm.get_process_triple()
+    module.data_layout = str(machine.target_data)
+    module.verify()
+    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+    tuning.loop_vectorization = True
+    tuning.slp_vectorization = True
+    builder = llvm.create_pass_builder(machine, tuning)
+    builder.getModulePassManager().run(module, builder)
+    declared = [f.name for f in module.functions if f.is_declaration]
+    return machine.emit_object(module), declared, module
+
+
+def load_ir_kernel(ir: str, symbol: str, n_pointers: int, n_strides: int = 0, generator: str = "") -> Kernel:
+    """The kernel ``symbol`` of LLVM module ``ir``: from memory, from object code on disk, or compiled
+    now by LLVM (its object code then saved for the next process). ``generator`` is as for
+    `load_kernel`.
+
+    >>> import numpy as np
+    >>> ir = '''
+    ... define void @twice(i64 %r0, i64 %r1, i64 %inner, i64 %total, i64 %rows, ptr %p) {
+    ... entry:
+    ...   br label %loop
+    ... loop:
+    ...   %i = phi i64 [%r0, %entry], [%next, %loop]
+    ...   %at = getelementptr double, ptr %p, i64 %i
+    ...   %x = sitofp i64 %i to double
+    ...   %y = fmul double %x, 2.0
+    ...   store double %y, ptr %at
+    ...   %next = add i64 %i, 1
+    ...   %more = icmp slt i64 %next, %r1
+    ...   br i1 %more, label %loop, label %done
+    ... done:
+    ...   ret void
+    ... }'''
+    >>> x = np.zeros(3)
+    >>> load_ir_kernel(ir, "twice", 1).call(0, 3, 3, 3, 1, x.ctypes.data)
+    >>> x.tolist()
+    [0.0, 2.0, 4.0]
+    """
+    key = kernel_cache.cache_key(f"{ir}\n# llvm {' '.join(LLVM_OPTIONS)}\n# generator {generator}")
+    kernel = _loaded.get(key)
+    if kernel is None:
+        directory = kernel_directory()
+        try:
+            call = kernel_cache.load(directory, key, n_pointers, n_strides)
+        except Exception:  # an unusable cache entry (another platform, a broken file): recompile
+            call = None
+        assembly = None
+        if call is None:
+            code, declared, module = _compile_ir(ir.replace(f"@{symbol}(", f"@{key}(", 1))
+            try:
+                kernel_cache.save_object(directory, key, code, key, declared)
+            except OSError:
+                pass
+            call = kernel_cache.link(code, key, [n for n in declared if not n.startswith("llvm.")],
+                                     n_pointers, n_strides)
+            if call is None:
+                raise RuntimeError(f"a generated kernel refers to a function this process does not have "
+                                   f"(one of {declared}); please report it")
+            assembly = lambda: _target_machine().emit_assembly(module)  # noqa: E731
+        kernel = _loaded[key] = Kernel(key, call, assembly)
     return kernel

@@ -119,6 +119,8 @@ SETTINGS = (
             "the library of matrix products: by measurement, or pinned (`minflux.runtime.gemm_choice`)"),
     Setting("numba_branches", "MINFLUX_NUMBA_BRANCHES", _choice("auto", "select", "real"), "auto",
             "auto, select or real", True, "how numba kernels compile branches (selects, or real jumps)"),
+    Setting("kernel_compiler", "MINFLUX_KERNEL_COMPILER", _choice("llvm", "numba"), "llvm", "llvm or numba",
+            True, "who compiles CPU elementwise kernels: LLVM from minflux's IR, or numba from generated Python"),
     Setting("cuda_fast_math", "MINFLUX_CUDA_FAST_MATH", _boolean, False, _BOOLEAN, True,
             "float32 hardware intrinsics in CUDA kernels"),
     Setting("compile_check", "MINFLUX_COMPILE_CHECK", _boolean, False, _BOOLEAN, False,

@@ -56,6 +56,14 @@ def test_in_a_scalar_function_on_both_backends(op, backend, mode):
     np.testing.assert_allclose(g, scale * DERIVATIVE, rtol=1e-14)
 
 
+def test_the_llvm_compiler_leaves_a_row_without_its_spelling_to_numba(op):
+    from minflux.compiler import llvm_backend
+
+    fn = Function("f", ["x"], [Assign("y", Call(NAME, (Var("x"),))), Return((Var("y"),))])
+    with pytest.raises(llvm_backend.Unspelled, match=NAME):
+        llvm_backend.generate_ir(infer_kinds(fn, ["f"]), "float64", ("F",))
+
+
 def test_in_the_cuda_backends_c(op):
     cuda_shim = pytest.importorskip("cuda_shim")
     if cuda_shim.c_compiler() is None:

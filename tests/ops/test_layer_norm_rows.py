@@ -17,11 +17,11 @@ import minflux as mf
 from minflux.ops import layer_norm_rows, normalisation
 
 CHILD = textwrap.dedent("""
-    import sys
     import numpy as np, minflux as mf
+    from minflux.runtime import kernel_loader
     x = np.arange(12.0).reshape(3, 4) ** 1.5
     g = mf.gradient(lambda x, s, b: mf.sum(mf.layer_norm(x, s, b) * x), x, np.ones(4), np.zeros(4))
-    print(repr(np.round(g[0], 9).tolist()), "numba" in sys.modules)
+    print(repr(np.round(g[0], 9).tolist()), any(k.compiled_here for k in kernel_loader._loaded.values()))
 """)
 
 
@@ -43,9 +43,9 @@ def child(tmp_path):
         done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                               env={**os.environ, "MINFLUX_CACHE_DIR": str(tmp_path / "cache"), **env})
         assert done.returncode == 0, done.stderr
-        value, numba_started = done.stdout.rsplit(" ", 1)
+        value, compiled_here = done.stdout.rsplit(" ", 1)
         np.testing.assert_allclose(eval(value), expected_gradient(), rtol=1e-7, atol=1e-8)
-        return numba_started.strip() == "True", done.stderr
+        return compiled_here.strip() == "True", done.stderr
 
     run.kernels = tmp_path / "cache" / "kernels"
     return run
@@ -55,9 +55,8 @@ def test_kernels_are_private_cache_entries_linked_back_by_a_new_process(child):
     compiled, _ = child()
     assert compiled
     files = sorted(child.kernels.iterdir())
-    assert sorted(f.suffix for f in files) == [".json", ".json", ".o", ".o", ".py", ".py"]  # forward, backward
+    assert sorted(f.suffix for f in files) == [".json", ".json", ".o", ".o"]  # forward, backward
     assert all(stat.S_IMODE(os.stat(f).st_mode) == 0o600 for f in files)
-    assert sum("layer-norm row kernel" in f.read_text() for f in files if f.suffix == ".py") == 2
     compiled, stderr = child()
     assert not compiled and stderr == ""
 
@@ -70,7 +69,7 @@ def test_damaged_object_code_is_recompiled_not_linked(child):
     assert compiled and "damaged" in stderr
 
 
-def test_the_numpy_elementwise_backend_never_starts_numba(child):
+def test_the_numpy_elementwise_backend_compiles_no_kernel(child):
     compiled, _ = child(MINFLUX_ELEMENTWISE="numpy")
     assert not compiled and not child.kernels.exists()
 

@@ -69,6 +69,24 @@ def test_a_damaged_foreign_or_untrusted_table_is_measured_again(fresh, monkeypat
     assert len(warnings) == 1 and "measuring again" in warnings[0]
 
 
+def test_the_calibration_times_blas_on_one_thread_whoever_asks_first(monkeypatch):
+    """A report or a probe may ask before minflux has limited BLAS: what it times and caches is still
+    one thread, as minflux's products run, and the caller's BLAS threads are left as they were."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads():
+        return {info["filepath"]: info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"}
+
+    seen = []
+    monkeypatch.setattr(gemm_choice, "_best", lambda call: seen.append(blas_threads()) or 1.0)
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = blas_threads()
+        gemm_choice.calibrate(np.float32)
+        after = blas_threads()
+        assert 2 in before.values() and {path: after[path] for path in before} == before
+    assert seen and all(set(threads.values()) == {1} for threads in seen)
+
+
 def test_minflux_gemm_pins_the_library(monkeypatch):
     monkeypatch.setattr(gemm_choice, "_decisions", {})
     monkeypatch.setattr(gemm_provider, "gemm", lambda a, b, out: False)

@@ -137,7 +137,7 @@ def _calibrated_row(dtype, shape) -> dict:
     a, b = (a.T if ta else a), (b.T if tb else b)
     out = np.empty((m, n), dtype)
     seconds = {"numpy": _best(lambda: np.matmul(a, b, out=out))}
-    if gemm_provider.gemm(a, b, out):
+    if gemm_provider.gemm is not None and gemm_provider.gemm(a, b, out):
         seconds[gemm_provider.provider] = _best(lambda: gemm_provider.gemm(a, b, out))
     return {"shape": [m, k, n, ta, tb], "seconds": seconds}
 

@@ -102,6 +102,22 @@ def provider(name: str):
     raise ValueError(f"unknown library {name!r}")
 
 
+WHEELS = {"openblas32": "scipy-openblas32", "mkl": "mkl", "onednn": "onednn", "blis": "blis"}
+
+
+def _wheel_versions() -> str:
+    """The version of each candidate library's wheel, or "not installed"."""
+    import importlib.metadata
+
+    found = []
+    for wheel in WHEELS.values():
+        try:
+            found.append(f"{wheel} {importlib.metadata.version(wheel)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"{wheel} not installed")
+    return ", ".join(found)
+
+
 def worker(setting: str, library: str) -> int:
     import numpy as np
 
@@ -151,7 +167,7 @@ def main(argv=None) -> int:
             print(setting, library, json.dumps(out), file=sys.stderr, flush=True)
     text = markdown_table(["setting", "library"] + list(SHAPES), rows)
     text += ("\nGFLOP/s (CPU time / wall time in parentheses), float32, median of repeats, each library in "
-             "its own process (`python benchmarks/gemm_providers.py`).\n")
+             f"its own process (`python benchmarks/gemm_providers.py`); wheels: {_wheel_versions()}.\n")
     write_results("gemm_providers", results, text)
     return 0
 

@@ -7,12 +7,13 @@ times slower step. For each load (0, 2 and 4 busy loops) and each budget (the de
 this process may use; and ``MINFLUX_NUM_THREADS=1``) this records, each in a fresh process:
 
 * the HM-LSTM training step of the default experiment's model and of the small model
-  (``hmlstm_step.py``'s worker): CPU seconds and wall seconds per step, median of ``--steps``;
+  (``hmlstm_step.py``'s worker), eager and through `mf.compile` (what ``python -m train`` runs): CPU
+  seconds and wall seconds per step, median of ``--steps``;
 * ``python -m train`` for ``--train-steps`` steps of the default experiment: the whole process's
   CPU and wall time (imports, kernel loading and the final evaluation included);
 * ``python -m train.evaluate RUN --split valid`` on that run: the whole process's CPU and wall time.
 
-    python benchmarks/threads_under_load.py [--loads 0,2,4] [--steps 5] [--train-steps 30]
+    python benchmarks/threads_under_load.py [--loads 0,2,4] [--steps 5] [--train-steps 30] [--rounds 3]
 """
 from __future__ import annotations
 
@@ -54,8 +55,8 @@ def _process(argv: list, env: dict) -> tuple[float, float, str]:
     return usage.ru_utime + usage.ru_stime, wall, out
 
 
-def step_costs(size: str, budget: str | None, steps: int) -> dict:
-    *_, out = _process([sys.executable, STEP, "--worker", "all", "auto", size,
+def step_costs(size: str, budget: str | None, steps: int, impl: str) -> dict:
+    *_, out = _process([sys.executable, STEP, "--worker", "all", impl, size,
                         "on" if size == "default" else "off", str(steps)], _env(budget))
     samples = json.loads(out.strip().splitlines()[-1])["samples"]
     return {"cpu_s": statistics.median(c for _, c in samples), "wall_s": statistics.median(w for w, _ in samples)}
@@ -65,22 +66,23 @@ def busy_loops(n: int) -> list:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
-def measure(load: int, steps: int, train_steps: int, tmp: Path) -> dict:
+def measure(load: int, steps: int, train_steps: int, tmp: Path, round_: int = 0) -> dict:
+    """Round ``round_`` at ``load`` busy loops: every budget in turn (in reverse order in odd rounds)."""
     loops = busy_loops(load)
     try:
         time.sleep(1.0 if load else 0.0)
         out = {}
-        for name, budget in BUDGETS.items():
-            run = tmp / f"run-{load}-{name.replace(' ', '-')}"
+        for name, budget in (reversed if round_ % 2 else iter)(list(BUDGETS.items())):
+            run = tmp / f"run-{load}-{round_}-{name.replace(' ', '-')}"
             tmp.mkdir(exist_ok=True)
             cpu, wall, _ = _process([sys.executable, "-m", "train", "--out", str(run), "--quiet",
                                   "--set", f"train.max_steps={train_steps}"], _env(budget))
             train = {"cpu_s": cpu, "wall_s": wall}
             cpu, wall, _ = _process([sys.executable, "-m", "train.evaluate", str(run), "--split", "valid",
                                   "--checkpoint", "latest"], _env(budget))
-            out[name] = {"default_step": step_costs("default", budget, steps),
-                         "small_step": step_costs("small", budget, steps),
-                         "train": train, "evaluate": {"cpu_s": cpu, "wall_s": wall}}
+            out[name] = {f"{size}_{impl}": step_costs(size, budget, steps, impl)
+                         for size in ("default", "small") for impl in ("auto", "compiled")}
+            out[name].update(train=train, evaluate={"cpu_s": cpu, "wall_s": wall})
             print(f"load {load}, {name}: {json.dumps(out[name])}", file=sys.stderr, flush=True)
         return out
     finally:
@@ -92,7 +94,9 @@ def measure(load: int, steps: int, train_steps: int, tmp: Path) -> dict:
 def table(results: dict, steps: int, train_steps: int) -> str:
     rows = []
     for load, by_budget in results["loads"].items():
-        for what, label in (("default_step", "step, default model"), ("small_step", "step, small model"),
+        for what, label in (("default_auto", "eager step, default model"), ("small_auto", "eager step, small model"),
+                            ("default_compiled", "compiled step, default model"),
+                            ("small_compiled", "compiled step, small model"),
                             ("train", f"python -m train, {train_steps} steps"),
                             ("evaluate", "python -m train.evaluate, valid split")):
             d, one = by_budget["default"][what], by_budget["one thread"][what]
@@ -102,8 +106,9 @@ def table(results: dict, steps: int, train_steps: int) -> str:
                            "wall s (default)", "wall s (1 thread)", "default's speed-up"], rows)
     text += (f"\nDefault: MINFLUX_NUM_THREADS unset ({results['cores']} cores); steps: median of {steps} per "
              "process after the first; python -m train and train.evaluate: the whole process (imports and "
-             "kernel loading included). Busy loops: `while True: pass` processes started before the "
-             "measurement.\n")
+             "kernel loading included). Every cell is the median of "
+             f"{results.get('rounds', 1)} rounds, the two budgets in alternating order, each in its own "
+             "process. Busy loops: `while True: pass` processes started before the measurement.\n")
     return text
 
 
@@ -112,12 +117,17 @@ def main(argv=None) -> int:
     parser.add_argument("--loads", default="0,2,4")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--train-steps", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    results = {"cores": cores(), "loads": {}}
+    results = {"cores": cores(), "rounds": args.rounds, "loads": {}}
     with tempfile.TemporaryDirectory() as tmp:
         measure(0, 1, 1, Path(tmp) / "warm-up")   # compiles every kernel into the disk cache, untimed
         for load in map(int, args.loads.split(",")):
-            results["loads"][str(load)] = measure(load, args.steps, args.train_steps, Path(tmp))
+            rounds = [measure(load, args.steps, args.train_steps, Path(tmp), r) for r in range(args.rounds)]
+            results["loads"][str(load)] = {
+                budget: {what: {k: statistics.median(r[budget][what][k] for r in rounds) for k in ("cpu_s", "wall_s")}
+                         for what in rounds[0][budget]}
+                for budget in BUDGETS}
     write_results("threads_under_load", results, table(results, args.steps, args.train_steps))
     return 0
 

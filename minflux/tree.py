@@ -144,6 +144,16 @@ def map_arrays(fn: Callable, tree: Any, trainable_only: bool = False,
     >>> mf.tree.map_arrays(lambda a: a * 2, {"w": np.ones(2), "cfg": {"n": 3}}, static=lambda v: None)
     {'w': array([2., 2.]), 'cfg': None}
     """
+    cls = tree.__class__
+    if cls is np.ndarray:   # the common cases, as the walk below would map them
+        return fn(tree)
+    if cls is tuple and tree and all(x.__class__ is np.ndarray for x in tree):
+        mapped: dict = {}
+        for x in tree:
+            if id(x) not in mapped:
+                mapped[id(x)] = fn(x)
+        out = tuple(mapped[id(x)] for x in tree)
+        return tree if all(new is old for new, old in zip(out, tree)) else out
     memo: dict = {}  # id -> (object, its result, whether it holds a leaf); the object pins the id
 
     def visit(x):

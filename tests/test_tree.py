@@ -48,6 +48,29 @@ def test_map_arrays_rebuilds_without_modifying_and_keeps_ties():
     np.testing.assert_array_equal(model["x"][0], [1.0, 1.0])
 
 
+@pytest.mark.parametrize("fn", [lambda a: a * 2, lambda a: a], ids=["new arrays", "the same arrays"])
+def test_a_tuple_of_arrays_and_one_array_map_as_any_other_tree(fn):
+    """The walk's shortcuts for the commonest arguments (one array, a tuple of arrays) give what the
+    general walk gives a list of the same arrays: a tied array maps once, and a tree whose arrays
+    all map to themselves comes back as itself."""
+    w, v = np.ones(2), np.zeros(3)
+    calls = []
+
+    def counted(a):
+        calls.append(a)
+        return fn(a)
+
+    args = (w, v, w)
+    out = tree.map_arrays(counted, args)
+    general = tree.map_arrays(fn, [w, v, w])
+    assert len(calls) == 2 and type(out) is tuple and out[0] is out[2]
+    assert all(np.array_equal(a, b) for a, b in zip(out, general))
+    assert (out is args) == (general[0] is w) and (out is args) == (fn(w) is w)
+    mapped = tree.map_arrays(counted, w)
+    assert len(calls) == 3 and np.array_equal(mapped, fn(w)) and (mapped is w) == (fn(w) is w)
+    assert tree.map_arrays(fn, (), static=lambda x: "static") == "static"   # no leaf: configuration
+
+
 def test_cycles_terminate():
     a = Box(w=np.ones(1))
     a.me = a

@@ -39,7 +39,8 @@ from . import gemm_provider
 from .._version import __version__
 from .cache_directory import cache_dir, untrusted_reason, warn_once
 
-__all__ = ["CALIBRATION_SHAPES", "CALIBRATION_VERSION", "calibrate", "machine", "nearest", "prefers_gemm", "table"]
+__all__ = ["CALIBRATION_SHAPES", "CALIBRATION_VERSION", "calibrate", "machine", "nearest", "prefers_gemm",
+           "table"]
 
 CALIBRATION_SHAPES = (  # (m, k, n, a transposed, b transposed)
     (16, 16, 16, False, False), (32, 128, 128, False, False),
@@ -51,9 +52,9 @@ CALIBRATION_SHAPES = (  # (m, k, n, a transposed, b transposed)
 two small products, where a library's call overhead decides."""
 
 CALIBRATION_VERSION = 2
-"""Raised when how a calibration measures changes, so that tables measured the old way are measured
-again: 2 times BLAS on one thread whoever asks first (a report run before minflux's first product
-timed numpy's threaded OpenBLAS under 1)."""
+"""Raised when the way a calibration measures changes, so that tables measured the old way are measured
+again. Version 2: BLAS runs on one thread during a calibration whoever asks for it first (under
+version 1, a report run before minflux's first product timed numpy's threaded OpenBLAS)."""
 
 _REPEATS = 3
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -170,8 +171,8 @@ def machine() -> dict:
         mkl = importlib.metadata.version("mkl")
     except importlib.metadata.PackageNotFoundError:
         mkl = None
-    return {"calibration": CALIBRATION_VERSION, "cpu": _cpu_model(), "host": host_tag(), "minflux": __version__,
-            "numpy": np.__version__,
+    return {"calibration": CALIBRATION_VERSION, "cpu": _cpu_model(), "host": host_tag(),
+            "minflux": __version__, "numpy": np.__version__,
             "numpy blas": f"{blas.get('name')} {blas.get('version')}", "mkl": mkl,
             "python": ".".join(map(str, sys.version_info[:2]))}
 

@@ -49,9 +49,9 @@ def keep_freed_memory() -> bool:
 
 
 def prepare_process() -> None:
-    """What minflux sets in its process, applied at its first gradient, matrix product or recording
-    (importing it changes nothing): the thread budget, BLAS on one thread (`minflux.runtime.threads`)
-    and glibc's keeping of freed memory (above).
+    """What minflux sets in its process, applied at its first gradient, matrix product, recording or
+    kernel (importing it changes nothing): the thread budget, BLAS on one thread
+    (`minflux.runtime.threads`) and glibc's keeping of freed memory (above).
 
     >>> prepare_process()
     """

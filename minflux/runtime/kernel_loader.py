@@ -37,6 +37,7 @@ from pathlib import Path
 
 from ..files import write_atomically
 from . import kernel_cache
+from .allocator import prepare_process
 from .cache_directory import kernel_directory
 
 __all__ = ["LLVM_OPTIONS", "Kernel", "load_ir_kernel", "load_kernel"]
@@ -121,6 +122,7 @@ def load_kernel(source: str, n_pointers: int, n_strides: int = 0, generator: str
     key = kernel_cache.cache_key(f"{source}\n# llvm {' '.join(LLVM_OPTIONS)}\n# generator {generator}")
     kernel = _loaded.get(key)
     if kernel is None:
+        prepare_process()   # a first kernel is minflux computing: from here on BLAS runs on one thread
         directory = kernel_directory()
         try:
             call = kernel_cache.load(directory, key, n_pointers, n_strides)
@@ -198,6 +200,7 @@ def load_ir_kernel(ir: str, symbol: str, n_pointers: int, n_strides: int = 0, ge
     key = kernel_cache.cache_key(f"{ir}\n# llvm {' '.join(LLVM_OPTIONS)}\n# generator {generator}")
     kernel = _loaded.get(key)
     if kernel is None:
+        prepare_process()
         directory = kernel_directory()
         try:
             call = kernel_cache.load(directory, key, n_pointers, n_strides)

@@ -30,6 +30,7 @@ from minflux.backend import DeviceError
 from minflux.device import resolve_device
 
 from minflux.files import kind_of, remove_temporaries, write_atomically
+from minflux.runtime.allocator import prepare_process
 
 from .config import Config, ConfigError, ModelConfig, TrainConfig, dump_toml, load_config, parse_config
 from .data import StreamBatcher, Vocabulary, load_corpus
@@ -368,8 +369,11 @@ def open_run(path: str | Path, checkpoint: str = "best", device: str = "auto") -
     """Reopen run directory ``path`` with its ``checkpoint`` (``best``, ``latest`` or a file).
 
     The model is built as the checkpoint's own config describes it (so an edited config.toml cannot
-    make it unloadable); everything else comes from the run's config.toml.
+    make it unloadable); everything else comes from the run's config.toml. The process is set up as
+    minflux's first computation sets it (BLAS on one thread, `minflux.runtime.allocator`) before the
+    model is built: a reopened model computes outside ``gradient``, where its products are numpy's own.
     """
+    prepare_process()
     run = RunDir(path)
     if not run.path.is_dir():
         raise RunError(f"no run directory {path}; runs are written by python -m train (see --out)")

@@ -1,6 +1,10 @@
 """evaluate, sample, boundaries and plot on a finished tiny run (stand-in model)."""
+import json
 import math
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -48,6 +52,24 @@ def test_evaluate_cli(run_dir, capsys):
     assert evaluate_main([str(run_dir), "--split", "test", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "test:" in out and "bits per character" in out and "streams" in out
+
+
+def test_a_reopened_run_runs_blas_on_one_thread_before_it_computes(run_dir):
+    """The tools evaluate outside gradient, where the model's products are numpy's own: BLAS must be
+    on one thread before the first of them (its threads spin; beside busy loops an evaluation took
+    several times its CPU)."""
+    probe = ("import json, sys; from threadpoolctl import threadpool_info; import minflux_train.runs as runs; "
+             "from tests.train.conftest import TinyLM; "
+             "runs.MODEL_BUILDERS['hmlstm'] = lambda cfg, vocab_size, **common: TinyLM(vocab_size, **common); "
+             "blas = lambda: sorted({i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'}); "
+             "before = blas(); runs.open_run(sys.argv[1], 'best', 'cpu'); print(json.dumps([before, blas()]))")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", probe, str(run_dir)], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=root)
+    assert done.returncode == 0, done.stderr
+    before, after = json.loads(done.stdout.strip().splitlines()[-1])
+    assert after == [1] and (before != [1] or (os.cpu_count() or 1) == 1)
 
 
 def test_sample_cli_and_temperature_zero_is_deterministic(run_dir, capsys):

@@ -102,7 +102,7 @@ def provider(name: str):
     raise ValueError(f"unknown library {name!r}")
 
 
-WHEELS = {"openblas32": "scipy-openblas32", "mkl": "mkl", "onednn": "onednn", "blis": "blis"}
+CANDIDATE_WHEELS = ("scipy-openblas32", "mkl", "onednn", "blis")   # what openblas32, mkl, onednn, blis load
 
 
 def _wheel_versions() -> str:
@@ -110,7 +110,7 @@ def _wheel_versions() -> str:
     import importlib.metadata
 
     found = []
-    for wheel in WHEELS.values():
+    for wheel in CANDIDATE_WHEELS:
         try:
             found.append(f"{wheel} {importlib.metadata.version(wheel)}")
         except importlib.metadata.PackageNotFoundError:

@@ -91,6 +91,13 @@ def measure(load: int, steps: int, train_steps: int, tmp: Path, round_: int = 0)
             loop.wait()
 
 
+def median_of_rounds(rounds: list) -> dict:
+    """Each budget's CPU and wall seconds of each measurement: the median over the rounds."""
+    return {budget: {what: {k: statistics.median(r[budget][what][k] for r in rounds) for k in ("cpu_s", "wall_s")}
+                     for what in rounds[0][budget]}
+            for budget in BUDGETS}
+
+
 def table(results: dict, steps: int, train_steps: int) -> str:
     rows = []
     for load, by_budget in results["loads"].items():
@@ -107,7 +114,7 @@ def table(results: dict, steps: int, train_steps: int) -> str:
     text += (f"\nDefault: MINFLUX_NUM_THREADS unset ({results['cores']} cores); steps: median of {steps} per "
              "process after the first; python -m train and train.evaluate: the whole process (imports and "
              "kernel loading included). Every cell is the median of "
-             f"{results.get('rounds', 1)} rounds, the two budgets in alternating order, each in its own "
+             f"{results['rounds']} rounds, the two budgets in alternating order, each in its own "
              "process. Busy loops: `while True: pass` processes started before the measurement.\n")
     return text
 
@@ -124,10 +131,7 @@ def main(argv=None) -> int:
         measure(0, 1, 1, Path(tmp) / "warm-up")   # compiles every kernel into the disk cache, untimed
         for load in map(int, args.loads.split(",")):
             rounds = [measure(load, args.steps, args.train_steps, Path(tmp), r) for r in range(args.rounds)]
-            results["loads"][str(load)] = {
-                budget: {what: {k: statistics.median(r[budget][what][k] for r in rounds) for k in ("cpu_s", "wall_s")}
-                         for what in rounds[0][budget]}
-                for budget in BUDGETS}
+            results["loads"][str(load)] = median_of_rounds(rounds)
     write_results("threads_under_load", results, table(results, args.steps, args.train_steps))
     return 0
 

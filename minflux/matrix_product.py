@@ -31,7 +31,8 @@ from .backend import get_array_module
 from .runtime.allocator import prepare_process
 from .runtime.row_pool import run_rows
 from .runtime.threads import get_num_threads, threads_now
-from .runtime import gemm_provider
+from .runtime import gemm_provider, native_runner
+from .runtime.pointers import pointers
 from .runtime.gemm_choice import prefers_gemm
 from .schedule import operation
 
@@ -73,17 +74,32 @@ def matmul(a, b, out=None):
     return rows.reshape(*a.shape[:-1], b.shape[1])
 
 
+def _blocks(m: int, n: int) -> int:
+    return -(-(n if n >= m else m) // _BLOCK)
+
+
+def _shares(m: int, k: int, n: int) -> int:
+    """How many threads' shares a product of ``m x k`` by ``k x n`` is cut into."""
+    return min(get_num_threads(), _blocks(m, n)) if m * n * k >= PARALLEL_MIN_MULTIPLY_ADDS else 1
+
+
+def _library(a, b, dtype):
+    """MKL's gemm where it multiplies 2-D ``a @ b``, or None for numpy's matmul."""
+    library = gemm_provider.gemm
+    (m, k), n = a.shape, b.shape[1]
+    if library is not None and not prefers_gemm(m, k, n, dtype, _column_major(a), _column_major(b)):
+        return None
+    return library
+
+
 def _matmul_2d(a, b, out=None):
     (m, k), n = a.shape, b.shape[1]
     by_columns = n >= m
-    blocks = -(-(n if by_columns else m) // _BLOCK)
-    work = m * n * k
+    blocks = _blocks(m, n)
     prepare_process()               # BLAS on one thread and freed memory kept, from the first product
-    shares = min(get_num_threads(), blocks) if work >= PARALLEL_MIN_MULTIPLY_ADDS else 1
+    shares = _shares(m, k, n)
     dtype = a.dtype if a.dtype is b.dtype else np.result_type(a, b)
-    library = gemm_provider.gemm
-    if library is not None and not prefers_gemm(m, k, n, dtype, _column_major(a), _column_major(b)):
-        library = None
+    library = _library(a, b, dtype)
     if shares == 1 and library is None:
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
     if out is None:
@@ -103,6 +119,52 @@ def _matmul_2d(a, b, out=None):
 
     run_rows(run, 0, shares, threads_now(), ())
     return out
+
+
+def native_command(a, b, out, errstate: dict) -> tuple | None:
+    """The native runner's command (`minflux.runtime.native_runner`) for ``matmul(a, b, out=out)`` under
+    numpy's ``errstate``: the same BLAS routine on the same operands as that call, or None where it is
+    not one single-threaded 2-D BLAS call into ``out``. numpy's BLAS is checked as numpy checks it (the
+    floating-point status flags its error state acts on); MKL's, called without numpy, is not.
+
+    >>> import numpy as np
+    >>> a, b, out = np.ones((4, 3)), np.ones((3, 5)), np.empty((4, 5))
+    >>> command = native_command(a, b, out, np.geterr())
+    >>> command is None or command[0][4:7]
+    [4, 5, 3]
+    """
+    if not (a.__class__ is b.__class__ is out.__class__ is np.ndarray) or a.ndim != 2 or b.ndim != 2:
+        return None
+    (m, k), n = a.shape, b.shape[1]
+    dtype = out.dtype
+    if (b.shape[0] != k or out.shape != (m, n) or a.dtype != dtype or b.dtype != dtype or min(m, n, k) < 2
+            or _shares(m, k, n) != 1 or not (a.flags.aligned and b.flags.aligned and out.flags.c_contiguous)):
+        return None
+    size = dtype.itemsize
+    la, lb = gemm_provider.operand(a, size), gemm_provider.operand(b, size)
+    if la is None or lb is None:
+        return None
+    pa, pb, pc = pointers((a, b, out))
+    library = _library(a, b, dtype)
+    if library is not None:
+        found, flags = (library.addresses.get(dtype), 32), 0
+    else:
+        found, flags = native_runner.numpy_gemm(dtype), native_runner.fp_flags(errstate)
+        if pa == pb:   # numpy multiplies a matrix by its own transpose with syrk
+            return None
+    if found is None or found[0] is None or flags is None:
+        return None
+    address, width = found
+    variant = native_runner.GEMM_VARIANTS.index((dtype, width))
+    return native_runner.gemm_words(variant, address, la[0], lb[0], m, n, k, pa, la[1], pb, lb[1], pc, n, flags)
+
+
+def _matmul_command(args: tuple, kwargs: dict, errstate: dict) -> tuple | None:
+    out = kwargs.get("out", args[2] if len(args) > 2 else None)
+    return None if out is None or len(args) < 2 else native_command(args[0], args[1], out, errstate)
+
+
+matmul.__wrapped_operation__.native_command = _matmul_command   # what a recording of matmul calls
 
 
 def _column_major(x) -> bool:

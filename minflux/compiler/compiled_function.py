@@ -265,6 +265,16 @@ class BoundLaunch:
         outs = self.launcher(arrays, out)
         return cf.check_loops(outs, dual.n_outputs) if cf.parsed.loop_sites else outs
 
+    def native_command(self, args: tuple, kwargs: dict, errstate: dict) -> tuple | None:
+        """The native runner's command for the call ``self(*args, **kwargs)`` when it writes every
+        output into ``out`` (`numba_backend.Launcher.command`), or None (`minflux.schedule.native`)."""
+        cf, dual, arrays = args[:3]
+        out = args[5] if len(args) > 5 else kwargs.get("out")
+        if (out is None or cf.parsed.loop_sites or signature(arrays) != self.signature
+                or get_elementwise_backend() != "numba"):
+            return None
+        return self.launcher.command(arrays, out)
+
 
 _compiled: dict = {}
 

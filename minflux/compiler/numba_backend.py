@@ -37,6 +37,7 @@ import numpy as np
 
 from ..runtime import settings
 from ..runtime.kernel_loader import Kernel, load_kernel
+from ..runtime.native_runner import MAX_KERNEL_ARGUMENTS, function_address, kernel_words
 from ..runtime.pointers import pointers
 from ..runtime.row_pool import run_rows
 from ..runtime.threads import PARALLEL_MIN_ELEMENTS, threads_now
@@ -44,7 +45,7 @@ from .dtypes import kind_dtype
 from .errors import CompileError
 from .ifconvert import prepare
 from .ir import Assign, Break, Call, Continue, Function, If, Loop, Return, Var, has_loops
-from .layout import Plan, read
+from .layout import READ_BROADCAST_COPY, READ_COPY, Plan, read
 from .rules import TABLE
 
 # the IR's pseudo-ops; every table primitive is spelled on its row (`minflux.compiler.rules`)
@@ -315,6 +316,8 @@ def generator_version() -> str:
     return _generator_text
 
 
+COPIES = (READ_COPY, READ_BROADCAST_COPY)   # how an input read through a new array is read
+
 # a kernel with while/for loops may run long: it runs in this many row chunks, and Ctrl-C (a
 # KeyboardInterrupt) takes effect between two chunks
 LOOP_CHUNKS = 64
@@ -352,10 +355,7 @@ class Launcher:
             results = [np.empty(shape, dtype) if o is None else o for o, dtype in zip(out, self.out_dtypes)]
         total = self.plan.total
         if total:
-            if self.reads:
-                arrays = list(arrays)
-                for k, how in self.reads:
-                    arrays[k] = read(arrays[k], how, shape)
+            arrays = self._read(arrays)   # held here: a copy must outlive the kernel's call
             args = (*self.head, *pointers([*arrays, *results]))
             if total < PARALLEL_MIN_ELEMENTS:   # on this thread, without asking the pool
                 for r0, r1 in self.chunks:
@@ -365,6 +365,27 @@ class Launcher:
                 for r0, r1 in self.chunks:
                     run_rows(self.kernel.call, r0, r1, n_threads, args)
         return results
+
+    def _read(self, arrays: list) -> list:
+        """The arrays the kernel reads: inputs broadcast or copied as the plan says."""
+        if self.reads:
+            arrays = list(arrays)
+            for k, how in self.reads:
+                arrays[k] = read(arrays[k], how, self.shape)
+        return arrays
+
+    def command(self, arrays: list, out: list) -> tuple | None:
+        """The native runner's command (`minflux.runtime.native_runner.kernel_words`) for what
+        ``self(arrays, out)`` does, or None where that is more than one call of the kernel on this
+        thread into ``out`` (an input read through a copy, rows in chunks or over threads, an output
+        left new, no elements)."""
+        total = self.plan.total
+        if (not total or any(how in COPIES for _, how in self.reads) or len(self.chunks) != 1
+                or total >= PARALLEL_MIN_ELEMENTS or any(o is None for o in out)
+                or 2 + len(self.head) + len(arrays) + len(out) > MAX_KERNEL_ARGUMENTS):
+            return None
+        return kernel_words(function_address(self.kernel.call), [0, self.plan.rows, *self.head],
+                            pointers([*self._read(arrays), *out]))
 
 
 def launcher(kernel: Kernel, dual, plan: Plan, float_dtype, shape: tuple) -> Launcher:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import weakref
 
+import numpy as np
+
 from ..backend import is_numpy_array
 from ..tensor import Tensor
 
@@ -50,7 +52,9 @@ class SharedTranspose:
         if self.uses < 2:
             return self.value.T
         if self.copy is None:
-            self.copy = self.value.T.copy()   # C order
+            t = self.value.T
+            # a float's C-order copy as a ufunc, which a recorded schedule writes into a buffer it owns
+            self.copy = np.positive(t, order="C") if t.dtype.kind == "f" else t.copy(order="C")
         return self.copy
 
 

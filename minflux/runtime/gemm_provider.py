@@ -31,7 +31,7 @@ import numpy as np
 from . import settings
 from .pointers import pointers
 
-__all__ = ["gemm", "provider"]
+__all__ = ["gemm", "operand", "provider"]
 
 _CHOICES = ("auto", "mkl", "numpy")
 _THREADING_SEQUENTIAL = 1
@@ -62,8 +62,14 @@ def _library_path() -> str | None:
     return None
 
 
-def _operand(x, itemsize: int):
-    """(transpose flag, leading dimension) for reading 2-D ``x`` in place, or None."""
+def operand(x, itemsize: int):
+    """(CBLAS transpose flag, leading dimension) for reading 2-D ``x`` in place, or None.
+
+    >>> import numpy as np
+    >>> x = np.zeros((3, 4), np.float32)
+    >>> operand(x, 4), operand(x.T, 4), operand(x[:, ::2], 4)
+    ((111, 4), (112, 4), None)
+    """
     rows, cols = x.shape
     s0, s1 = x.strides
     if s1 == itemsize and s0 % itemsize == 0 and s0 >= max(1, cols) * itemsize:
@@ -83,7 +89,8 @@ def _mkl_gemm(library: ctypes.CDLL):
 
     def gemm(a, b, out) -> bool:
         """``out[...] = a @ b`` for 2-D arrays of one float dtype; False (nothing written) when the
-        dtypes or layouts are not ones MKL reads in place."""
+        dtypes or layouts are not ones MKL reads in place. ``gemm.addresses``: dtype -> the address of
+        the CBLAS routine it calls (32-bit integers), for native callers."""
         dtype = out.dtype
         found = routines.get(dtype)
         if found is None or a.dtype != dtype or b.dtype != dtype or 0 in a.shape or 0 in out.shape:
@@ -91,7 +98,7 @@ def _mkl_gemm(library: ctypes.CDLL):
         if not (a.flags.aligned and b.flags.aligned and out.flags.aligned and out.flags.writeable):
             return False
         size = dtype.itemsize
-        la, lb, lc = _operand(a, size), _operand(b, size), _operand(out, size)
+        la, lb, lc = operand(a, size), operand(b, size), operand(out, size)
         if la is None or lb is None or lc is None or lc[0] != _NO_TRANS:
             return False
         (m, k), n = a.shape, out.shape[1]
@@ -102,6 +109,7 @@ def _mkl_gemm(library: ctypes.CDLL):
         routine(_ROW_MAJOR, la[0], lb[0], m, n, k, 1.0, pa, la[1], pb, lb[1], 0.0, pc, lc[1])
         return True
 
+    gemm.addresses = {dtype: ctypes.cast(routine, ctypes.c_void_p).value for dtype, (routine, _) in routines.items()}
     return gemm
 
 

@@ -41,6 +41,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..runtime import settings
+from . import native
 from .buffers import Plan, plan_buffers
 from .recorder import Recording, Ref
 
@@ -56,11 +58,13 @@ _PLACEHOLDER = re.compile(r"[@$]")
 
 class _Statement(NamedTuple):
     """One step as text: ``@`` a slot and ``$`` a value, in the order of ``params``; ``dead`` are the
-    slots whose last use it is."""
+    slots whose last use it is, ``reads`` and ``writes`` the slots it reads and binds."""
 
     text: str
     params: list
     dead: list
+    reads: tuple = ()
+    writes: tuple = ()
 
 
 class Replay:
@@ -85,6 +89,9 @@ class Replay:
         self._program = _program(self._statements)
         self._compiled = None
         self._source_and_values = None
+        self._planned: list[_Statement] | None = None
+        self._probe_next = False
+        self.native = None
 
     @property
     def source(self) -> str:
@@ -104,6 +111,7 @@ class Replay:
         self._recording = self._position = None
         if self._after_planning is not None:
             self._after_planning(self.buffers)
+        self._planned = statements
         return statements
 
     def __call__(self, inputs: list) -> list:
@@ -116,6 +124,10 @@ class Replay:
                     if self.replays <= COMPILE_AFTER:
                         return self._interpret(inputs)
                     run = self._compiled = self._compile()
+                    self._probe_next = settings.get("native_replay")
+                elif self._probe_next:
+                    self._probe_next = False
+                    return self._go_native(inputs)
                 return run(inputs)
             finally:
                 np.seterr(**old)
@@ -128,10 +140,27 @@ class Replay:
         return [s[o] for o in self._outputs]
 
     def _compile(self):
-        source = self.source
+        return self._function(self.source, self._source_and_values[1])
+
+    def _function(self, source: str, values: list):
         namespace: dict = {}
         exec(compile(source, f"<mf.compile {self.n_steps} operations>", "exec"), namespace)
-        return namespace["make"](*self._source_and_values[1])
+        return namespace["make"](*values)
+
+    def _go_native(self, inputs: list) -> list:
+        """One replay through a `native.Probe`; after it, the native form replays where it has commands."""
+        probe = native.Probe()
+        probed = with_dead_slots(native.probed(self._planned, probe), self._outputs)
+        result = self._function(*_straight_line(probed, self._outputs, self.n_inputs))(inputs)
+        if probe.commands:
+            form = native.NativeForm(self._planned, probe, self.buffers.arena, inputs, self._outputs)
+            if form.n_commands:
+                self.native = form
+                statements = with_dead_slots(form.statements, self._outputs)
+                fast = self._function(*_straight_line(statements, self._outputs, self.n_inputs))
+                python = self._compiled
+                self._compiled = lambda inputs: fast(inputs) if form.patch(inputs) else python(inputs)
+        return result
 
 
 # -- rendering ------------------------------------------------------------------------------------
@@ -147,19 +176,25 @@ def _statements(recording: Recording, outputs: list[int]) -> tuple[list[_Stateme
             rendered.append(("$(**$)", [np.seterr, dict(errstate)], [], []))
         position.append(len(rendered))
         rendered.append(_render(step))
+    statements = [_Statement(text, params, [], tuple(reads), tuple(writes)) for text, params, reads, writes in rendered]
+    return with_dead_slots(statements, outputs), position
+
+
+def with_dead_slots(statements: list[_Statement], outputs: list[int]) -> list[_Statement]:
+    """``statements`` with ``dead`` set from their ``reads`` and ``writes``: each slot but ``outputs``
+    dies at its last read, or where it is bound when nothing reads it."""
     last_use: dict[int, int] = {}
-    for i, (_, _, reads, _) in enumerate(rendered):
-        for slot in reads:
+    for i, st in enumerate(statements):
+        for slot in st.reads:
             last_use[slot] = i
     keep = set(outputs)
-    dead: list[list] = [[] for _ in rendered]
+    dead: list[list] = [[] for _ in statements]
     for slot, i in last_use.items():
         if slot not in keep:
             dead[i].append(slot)
-    for i, (_, _, _, writes) in enumerate(rendered):
-        dead[i].extend(slot for slot in writes if slot not in last_use and slot not in keep)
-    statements = [_Statement(text, params, sorted(set(d))) for (text, params, _, _), d in zip(rendered, dead)]
-    return statements, position
+    for i, st in enumerate(statements):
+        dead[i].extend(slot for slot in st.writes if slot not in last_use and slot not in keep)
+    return [st._replace(dead=sorted(set(d))) for st, d in zip(statements, dead)]
 
 
 def _render(step) -> tuple[str, list, list, list]:

@@ -1,0 +1,273 @@
+"""A replay's native form: its kernel launches and products run as commands of one native function.
+
+Once a schedule runs as one straight-line function (`minflux.schedule.replay`), one more replay is a
+probe: the operations that can say what they do as native commands (a callable with a
+``native_command(args, kwargs, errstate)`` method: a bound elementwise kernel, `mf.matmul`) run as
+usual and hand over their command words (`minflux.runtime.native_runner`). Each address a command
+uses is then placed:
+
+- in the replay's buffer arena, which is allocated once and never moves: the address is kept as is;
+- in exactly one of the replay's input arrays: kept as an offset into that input, and written into
+  the commands at the start of each replay from that call's inputs, once their shapes, strides and
+  dtypes are checked (a call laid out otherwise runs the Python form);
+- anywhere else (an array a Python operation made new on this call): the operation stays a Python
+  call, as it does when it has no command or its result is not in the arena.
+
+A statement that became commands keeps, where later Python statements read its result, an
+assignment of that result (the same arena arrays every call); views (an index, a reshape) that only
+commands read are not made at all. Consecutive commands form a segment, run by one call of the
+native runner, so a replay alternates segments and the Python calls that remain. The commands are
+the same kernel and the same BLAS routine on the same operands, so the native form gives the Python
+form's bits; each product is checked once against its Python call's bits before it is used. A numpy
+product checks the floating-point status flags numpy's error state acts on, as numpy does; where one
+is raised, that product is done again by ``np.matmul``, which raises or warns as numpy would.
+
+>>> import numpy as np
+>>> native_text("@ = $(@, @, out=$)")
+(4, 18)
+"""
+from __future__ import annotations
+
+import bisect
+import ctypes
+import operator
+import re
+
+import numpy as np
+
+from ..runtime import native_runner
+from ..runtime.pointers import pointers
+from .traced import _method_caller
+
+_PLACEHOLDER = re.compile(r"[@$]")
+_VIEWS = {operator.getitem, np.reshape, np.transpose, np.squeeze, np.expand_dims, np.ravel, np.swapaxes,
+          np.moveaxis, np.broadcast_to, *(_method_caller(name) for name in
+                                          ("reshape", "view", "transpose", "swapaxes", "squeeze", "ravel"))}
+"""Operations without effects whose results are views: left out where nothing in Python reads them."""
+
+
+def native_text(text: str) -> tuple[int, int] | None:
+    """Where the call of statement ``text`` starts (at its callable's ``$``) and ends, or None."""
+    if text.startswith("$("):
+        start = 0
+    elif "= " in text:
+        start = text.index("= ") + 2
+    else:
+        return None
+    if text[start:start + 2] != "$(":
+        return None
+    depth = 0
+    for end in range(start + 1, len(text)):
+        depth += text[end] in "([{"
+        depth -= text[end] in ")]}"
+        if depth == 0:
+            return start, end + 1
+    return None
+
+
+def _count(text: str) -> int:
+    return len(_PLACEHOLDER.findall(text))
+
+
+class Probe:
+    """Stands in for the callables of the statements that may become commands during one replay:
+    runs each and keeps ``commands[statement] = (words, pointer positions, result, product arrays)``."""
+
+    def __init__(self):
+        self.commands: dict = {}
+
+    def __call__(self, index: int, fn, /, *args, **kwargs):
+        result = fn(*args, **kwargs)
+        found = fn.native_command(args, kwargs, np.geterr())
+        if found is not None:
+            words, places = found
+            product = _product_arrays(words, args, kwargs)
+            if product is None or _same_bits(words, product):
+                self.commands[index] = (words, places, result, product)
+        return result
+
+
+def _product_arrays(words: list, args: tuple, kwargs: dict):
+    if not words or words[0] < native_runner.GEMM:
+        return None
+    return (args[0], args[1], kwargs["out"] if "out" in kwargs else args[2])
+
+
+def _same_bits(words: list, product) -> bool:
+    """Whether the product command writes what its Python call wrote (into a scratch array)."""
+    out = product[2]
+    scratch = np.empty_like(out)
+    trial = np.array([-1, *words], np.int64)
+    trial[1 + native_runner.GEMM_OUT] = scratch.ctypes.data
+    trial[-1] = 0
+    native_runner.run(trial, 1, len(trial))
+    return scratch.tobytes() == out.tobytes()
+
+
+def probed(statements: list, probe: Probe) -> list:
+    """``statements`` with each call that may become commands made through ``probe``."""
+    result = []
+    for index, st in enumerate(statements):
+        span = native_text(st.text)
+        if span is not None:
+            start, _ = span
+            n_before = _count(st.text[:start])
+            if hasattr(st.params[n_before], "native_command"):
+                st = st._replace(text=st.text[:start] + "$($, $, " + st.text[start + 2:],
+                                 params=[*st.params[:n_before], probe, index, *st.params[n_before:]])
+        result.append(st)
+    return result
+
+
+class NativeForm:
+    """The commands of a probed replay and the statements that run them (see the module docstring).
+
+    ``statements``: the straight-line statements with segments in place of commands; ``n_commands``
+    (``n_kernels`` and ``n_products``) and ``n_python``: operations run as commands and as Python
+    calls; ``n_segments``.
+    """
+
+    def __init__(self, statements: list, probe: Probe, arena: np.ndarray, inputs: list, outputs: list):
+        self._run = native_runner.load_runner()
+        places = _Places(arena, inputs, statements)
+        words = [-1]
+        patches: list = []          # (word, input, offset)
+        self._redo: dict = {}       # the word of a numpy product -> its arrays' layouts
+        natives: dict = {}          # statement -> (first word, end word, its result as a statement or None)
+        for index, (command, positions, result, product) in probe.commands.items():
+            located = [places.locate(command[p]) for p in positions]
+            if any(at is None for at in located) or not places.stays(result):
+                continue
+            first = len(words)
+            for p, at in zip(positions, located):
+                if at != "fixed":
+                    patches.append((first + p, *at))
+            words.extend(command)
+            if product is not None:
+                self._redo[first] = [(first + p, x.shape, x.strides, x.dtype) for p, x in zip(positions, product)]
+            natives[index] = (first, len(words), _stub(statements[index], result))
+        self.program = np.array(words, np.int64)
+        self._address = self.program.ctypes.data
+        self._patch_at = np.array([w for w, _, _ in patches], np.intp)
+        self._patch_offset = np.array([o for _, _, o in patches], np.int64)
+        used = sorted({i for _, i, _ in patches})
+        self._inputs = [(i, inputs[i].shape, inputs[i].strides, inputs[i].dtype) for i in used]
+        self._patch_which = np.array([used.index(i) for _, i, _ in patches], np.intp)
+        self.statements, self.n_segments = self._segments(statements, natives, outputs)
+        self.n_commands = len(natives)
+        self.n_products = len(self._redo)
+        self.n_kernels = sum(self.program[first] == native_runner.KERNEL for first, end, _ in natives.values())
+        self.n_python = len(statements) - len(natives)
+
+    def _segments(self, statements: list, natives: dict, outputs: list) -> tuple[list, int]:
+        needed = set(outputs)
+        keep = [False] * len(statements)
+        for index in range(len(statements) - 1, -1, -1):
+            st = statements[index]
+            if index in natives:
+                stub = natives[index][2]
+                keep[index] = stub is not None and not needed.isdisjoint(st.writes)
+            else:
+                span = native_text(st.text)
+                view = span is not None and st.params[_count(st.text[:span[0]])] in _VIEWS
+                keep[index] = not (view and needed.isdisjoint(st.writes))
+                if keep[index]:
+                    needed.update(st.reads)
+        result, segment, stubs, n_segments = [], None, [], 0
+
+        def close():
+            nonlocal segment, stubs, n_segments
+            if segment is not None:
+                result.append(statements[0]._replace(text="$($, $)", params=[self.segment, *segment], dead=[],
+                                                     reads=(), writes=()))
+                n_segments += 1
+            result.extend(stubs)
+            segment, stubs = None, []
+
+        for index, st in enumerate(statements):
+            if index in natives:
+                first, end, stub = natives[index]
+                segment = (first, end) if segment is None else (segment[0], end)
+                if keep[index]:
+                    stubs.append(stub)
+            elif keep[index]:
+                close()
+                result.append(st)
+        close()
+        return result, n_segments
+
+    def patch(self, inputs: list) -> bool:
+        """Write this call's input addresses into the commands; False where an input is laid out
+        otherwise than at the probe (the Python form then runs the call)."""
+        for i, shape, strides, dtype in self._inputs:
+            a = inputs[i]
+            if a.__class__ is not np.ndarray or a.shape != shape or a.strides != strides or a.dtype != dtype:
+                return False
+        if self._inputs:
+            bases = np.array(pointers([inputs[i] for i, _, _, _ in self._inputs]), np.int64)
+            self.program[self._patch_at] = bases[self._patch_which] + self._patch_offset
+        return True
+
+    def segment(self, first: int, end: int) -> None:
+        """Run the commands from word ``first`` to word ``end``; a product whose floating-point check
+        failed is done again by numpy, which raises or warns as its error state says."""
+        program = self.program
+        while True:
+            self._run(first, end, 0, 0, 0, self._address)
+            stopped = int(program[0])
+            if stopped < 0:
+                return
+            program[0] = -1
+            a, b, out = (_array_at(int(program[w]), shape, strides, dtype)
+                         for w, shape, strides, dtype in self._redo[stopped])
+            np.matmul(a, b, out=out)
+            first = stopped + native_runner.GEMM_WORDS
+            if first >= end:
+                return
+
+
+def _stub(st, result):
+    """``st`` with its call replaced by ``result``, or None when it binds nothing."""
+    if not st.writes:
+        return None
+    start, end = native_text(st.text)
+    n_before = _count(st.text[:start])
+    params = [*st.params[:n_before], result, *st.params[n_before + _count(st.text[start:end]):]]
+    return st._replace(text=st.text[:start] + "$" + st.text[end:], params=params, reads=())
+
+
+class _Places:
+    """Where an address lies: in memory that stays put (the arena, an array the statements hold as a
+    constant), or at an offset into exactly one input."""
+
+    def __init__(self, arena: np.ndarray, inputs: list, statements: list):
+        held = [arena, *(p for st in statements for p in st.params if p.__class__ is np.ndarray)]
+        spans = sorted((p, p + a.nbytes) for a, p in zip(held, pointers(held)) if a.nbytes)
+        self.fixed = []   # sorted, disjoint (low, high)
+        for low, high in spans:
+            if self.fixed and low <= self.fixed[-1][1]:
+                self.fixed[-1] = (self.fixed[-1][0], max(high, self.fixed[-1][1]))
+            else:
+                self.fixed.append((low, high))
+        self.lows = [low for low, _ in self.fixed]
+        arrays = [(i, a) for i, a in enumerate(inputs) if a.__class__ is np.ndarray and a.nbytes]
+        self.inputs = [(i, p, p + a.nbytes) for (i, a), p in zip(arrays, pointers([a for _, a in arrays]))]
+
+    def locate(self, address: int):
+        k = bisect.bisect_right(self.lows, address) - 1
+        if k >= 0 and address < self.fixed[k][1]:
+            return "fixed"
+        found = [(i, address - low) for i, low, high in self.inputs if low <= address < high]
+        return found[0] if len(found) == 1 else None
+
+    def stays(self, result) -> bool:
+        if result is None:
+            return True
+        if result.__class__ is list or result.__class__ is tuple:
+            return all(self.stays(r) for r in result)
+        return result.__class__ is np.ndarray and result.nbytes > 0 and self.locate(pointers([result])[0]) == "fixed"
+
+
+def _array_at(address: int, shape: tuple, strides: tuple, dtype) -> np.ndarray:
+    extent = sum((n - 1) * abs(s) for n, s in zip(shape, strides)) + dtype.itemsize
+    return np.ndarray(shape, dtype, (ctypes.c_char * extent).from_address(address), 0, strides)

@@ -1,0 +1,149 @@
+"""A replay's native form (`minflux.schedule.native`) gives the eager function's bits, call after call.
+
+Each test compiles after five replays, so the sixth replay plans buffers, the seventh probes for
+commands and every later one runs kernels and products natively; each asserts that the native form
+was reached, so none of them passes by running Python alone.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import minflux as mf
+from minflux.runtime import gemm_provider, native_runner
+from tests.compiled.test_models_compiled import arrays_of, bits, build, train_step
+
+CALLS = 72
+
+
+@pytest.fixture(autouse=True)
+def compile_after_five_replays(monkeypatch):
+    monkeypatch.setattr("minflux.schedule.replay.COMPILE_AFTER", 5)
+
+
+def native_form(step):
+    (entry,) = step._entries.values()
+    return entry.replay.native
+
+
+@pytest.fixture
+def numpys_product(monkeypatch):
+    """Every product through numpy's matmul (the provider's choice loaded first, then set aside)."""
+    gemm_provider.gemm   # noqa: B018 (loads the provider)
+    monkeypatch.setattr(gemm_provider, "gemm", None)
+
+
+@pytest.mark.parametrize("case", ["dense-chain", "gated-layer",
+                                  pytest.param("hmlstm-branch-ln", marks=pytest.mark.slow),
+                                  pytest.param("lstm-cell", marks=pytest.mark.slow)])
+def test_native_training_equals_eager_to_the_bit_for_72_steps(case, backend):
+    model, opt_state, carry, loss_fn, batches = build(case)
+    twin, twin_state, twin_carry, _, _ = build(case)
+    rng = np.random.default_rng(7)
+    step = mf.compile(train_step)
+    for k in range(CALLS):
+        x, y = batches[rng.integers(len(batches))]
+        x, y = x.copy(), y.copy()   # new addresses on every call
+        loss, carry = train_step(model, opt_state, carry, x, y, loss_fn)
+        twin_loss, twin_carry = step(twin, twin_state, twin_carry, x, y, loss_fn)
+        assert bits(loss) == bits(twin_loss), f"step {k}: the loss differs"
+        assert [bits(a) for _, a in arrays_of(model, opt_state)] == \
+            [bits(a) for _, a in arrays_of(twin, twin_state)], f"step {k}"
+    assert step.recordings == 1
+    form = native_form(step)
+    assert form is not None and form.n_commands > 0
+    assert form.n_products > 0
+    if backend == "numba" and case != "dense-chain":   # kernels as commands too (the chain's read copies)
+        assert form.n_kernels > 0
+
+
+def product_then_tanh(a, b):
+    return mf.sum(mf.tanh(mf.matmul(a, b)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["C", "transposed"])
+def test_a_native_product_of_new_arrays_each_call_equals_eager(dtype, layout, numpys_product):
+    rng = np.random.default_rng(0)
+    step = mf.compile(product_then_tanh)
+    for k in range(CALLS):
+        a = rng.normal(size=(6, 5)).astype(dtype)
+        b = rng.normal(size=(5, 7)).astype(dtype)
+        if layout == "transposed":
+            b = np.asfortranarray(b)
+        assert bits(step(a, b)) == bits(product_then_tanh(a, b)), f"call {k}"
+    assert native_form(step).n_commands == 1
+
+
+@pytest.mark.parametrize("when", ["raise", "warn"])
+def test_a_native_product_that_overflows_raises_or_warns_as_numpy_does(when, numpys_product):
+    rng = np.random.default_rng(1)
+    step = mf.compile(product_then_tanh)
+    huge, also_huge = np.full((4, 4), 1e30, np.float32), np.full((4, 4), 1e30, np.float32)   # two arrays, as recorded
+    with np.errstate(over=when):
+        for _ in range(10):
+            a, b = rng.normal(size=(4, 4)).astype(np.float32), rng.normal(size=(4, 4)).astype(np.float32)
+            assert bits(step(a, b)) == bits(product_then_tanh(a, b))
+        assert native_form(step).n_commands == 1
+        if when == "raise":
+            with pytest.raises(FloatingPointError, match="overflow encountered in matmul"):
+                product_then_tanh(huge, also_huge)
+            with pytest.raises(FloatingPointError, match="overflow encountered in matmul"):
+                step(huge, also_huge)
+        else:
+            with pytest.warns(RuntimeWarning, match="overflow encountered in matmul"):
+                want = product_then_tanh(huge, also_huge)
+            with pytest.warns(RuntimeWarning, match="overflow encountered in matmul"):
+                got = step(huge, also_huge)
+            assert bits(got) == bits(want)
+        a = rng.normal(size=(4, 4)).astype(np.float32)   # and the next call is native again, silent
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert bits(step(a, a.T.copy())) == bits(product_then_tanh(a, a.T.copy()))
+    assert step.recordings == 1   # every call above replayed the one recording
+
+
+def test_an_input_laid_out_otherwise_runs_the_python_form(numpys_product):
+    rng = np.random.default_rng(2)
+    step = mf.compile(product_then_tanh)
+    a, b = rng.normal(size=(6, 5)), rng.normal(size=(5, 7))
+    for _ in range(10):
+        step(a, b)
+    form = native_form(step)
+    inputs = [a, b]
+    assert form.patch(inputs)
+    assert not form.patch([a, np.asfortranarray(b)])   # the guard records again before it gets here
+    assert not form.patch([a, b.astype(np.float32)])
+
+
+def test_the_setting_keeps_every_replay_in_python(monkeypatch):
+    monkeypatch.setenv("MINFLUX_NATIVE_REPLAY", "0")
+    from minflux.runtime import settings
+
+    monkeypatch.setattr(settings, "_values", {})
+    rng = np.random.default_rng(3)
+    step = mf.compile(product_then_tanh)
+    for _ in range(10):
+        a, b = rng.normal(size=(6, 5)), rng.normal(size=(5, 7))
+        assert bits(step(a, b)) == bits(product_then_tanh(a, b))
+    assert native_form(step) is None
+
+
+def test_the_runner_stops_at_a_product_whose_flags_are_raised():
+    """The runner's own contract: word 0 names the product, and the commands after it do not run."""
+    found = native_runner.numpy_gemm(np.float64)
+    flags = native_runner.fp_flags({"over": "raise"})
+    if found is None or flags is None:
+        pytest.skip("numpy's BLAS or this machine's floating-point flags are not known here")
+    address, width = found
+    variant = native_runner.GEMM_VARIANTS.index((np.dtype(np.float64), width))
+    huge, c, d = np.full((2, 2), 1e200), np.zeros((2, 2)), np.zeros((2, 2))
+    words = []
+    for out in (c, d):
+        words += native_runner.gemm_words(variant, address, 111, 111, 2, 2, 2, huge.ctypes.data, 2,
+                                          huge.ctypes.data, 2, out.ctypes.data, 2, flags)[0]
+    program = np.array([-1, *words], np.int64)
+    native_runner.run(program, 1, len(program))
+    assert program[0] == 1 and np.isinf(c).all() and (d == 0).all()

@@ -121,8 +121,8 @@ def _matmul_2d(a, b, out=None):
     return out
 
 
-def native_command(a, b, out, errstate: dict) -> tuple | None:
-    """The native runner's command (`minflux.runtime.native_runner`) for ``matmul(a, b, out=out)`` under
+def native_command(a, b, out, errstate: dict):
+    """The native runner's `Command` (`minflux.runtime.native_runner`) for ``matmul(a, b, out=out)`` under
     numpy's ``errstate``: the same BLAS routine on the same operands as that call, or None where it is
     not one single-threaded 2-D BLAS call into ``out``. numpy's BLAS is checked as numpy checks it (the
     floating-point status flags its error state acts on); MKL's, called without numpy, is not.
@@ -130,7 +130,7 @@ def native_command(a, b, out, errstate: dict) -> tuple | None:
     >>> import numpy as np
     >>> a, b, out = np.ones((4, 3)), np.ones((3, 5)), np.empty((4, 5))
     >>> command = native_command(a, b, out, np.geterr())
-    >>> command is None or command[0][4:7]
+    >>> command is None or command.words[4:7]
     [4, 5, 3]
     """
     if not (a.__class__ is b.__class__ is out.__class__ is np.ndarray) or a.ndim != 2 or b.ndim != 2:
@@ -156,10 +156,11 @@ def native_command(a, b, out, errstate: dict) -> tuple | None:
         return None
     address, width = found
     variant = native_runner.GEMM_VARIANTS.index((dtype, width))
-    return native_runner.gemm_words(variant, address, la[0], lb[0], m, n, k, pa, la[1], pb, lb[1], pc, n, flags)
+    return native_runner.gemm_words(variant, address, la[0], lb[0], m, n, k, pa, la[1], pb, lb[1], pc, n, flags,
+                                    (np.matmul, (a, b, out)))
 
 
-def _matmul_command(args: tuple, kwargs: dict, errstate: dict) -> tuple | None:
+def _matmul_command(args: tuple, kwargs: dict, errstate: dict):
     out = kwargs.get("out", args[2] if len(args) > 2 else None)
     return None if out is None or len(args) < 2 else native_command(args[0], args[1], out, errstate)
 

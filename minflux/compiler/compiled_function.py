@@ -265,8 +265,8 @@ class BoundLaunch:
         outs = self.launcher(arrays, out)
         return cf.check_loops(outs, dual.n_outputs) if cf.parsed.loop_sites else outs
 
-    def native_command(self, args: tuple, kwargs: dict, errstate: dict) -> tuple | None:
-        """The native runner's command for the call ``self(*args, **kwargs)`` when it writes every
+    def native_command(self, args: tuple, kwargs: dict, errstate: dict):
+        """The native runner's `Command` for the call ``self(*args, **kwargs)`` when it writes every
         output into ``out`` (`numba_backend.Launcher.command`), or None (`minflux.schedule.native`)."""
         cf, dual, arrays = args[:3]
         out = args[5] if len(args) > 5 else kwargs.get("out")

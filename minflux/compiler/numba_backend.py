@@ -374,8 +374,8 @@ class Launcher:
                 arrays[k] = read(arrays[k], how, self.shape)
         return arrays
 
-    def command(self, arrays: list, out: list) -> tuple | None:
-        """The native runner's command (`minflux.runtime.native_runner.kernel_words`) for what
+    def command(self, arrays: list, out: list):
+        """The native runner's `Command` (`minflux.runtime.native_runner.kernel_words`) for what
         ``self(arrays, out)`` does, or None where that is more than one call of the kernel on this
         thread into ``out`` (an input read through a copy, rows in chunks or over threads, an output
         left new, no elements)."""

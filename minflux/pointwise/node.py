@@ -19,7 +19,7 @@ from ..broadcasting import sum_to
 from ..compiler import get_elementwise_backend
 from ..schedule import operation
 from ..tensor import Tensor, unwrap
-from .node_kernel import gradient_sums
+from .node_kernel import gradient_sums, gradient_sums_command
 
 
 def _finish(acc, shape, dtype):
@@ -110,6 +110,15 @@ def _sum_terms(terms: list, fresh: bool):
         term = _times(g, p, fresh, g_finite)
         acc = term if acc is None else acc + term
     return acc
+
+
+def _gradient_sums_command(args: tuple, kwargs: dict, errstate: dict):
+    if len(args) != 4 or kwargs or not (args[3] and _one_kernel_applies(args[0], args[1])):
+        return None
+    return gradient_sums_command(*args[:3])
+
+
+_gradient_sums.__wrapped_operation__.native_command = _gradient_sums_command   # what a recording calls
 
 
 def _one_kernel_applies(grads: list, partials: list) -> bool:

@@ -26,6 +26,7 @@ import threading
 import numpy as np
 
 from ..runtime.kernel_loader import load_ir_kernel
+from ..runtime.native_runner import MAX_KERNEL_ARGUMENTS, function_address, kernel_words
 from ..runtime.pointers import pointers
 from ..runtime.row_pool import run_rows
 from ..runtime.threads import PARALLEL_MIN_ELEMENTS, threads_now
@@ -123,3 +124,21 @@ def gradient_sums(grads: list, partials: list, structure: tuple, in_place: bool 
         n_threads = min(threads_now(), rows) if total >= PARALLEL_MIN_ELEMENTS else 1
         run_rows(kernel.call, 0, rows, n_threads, args)
     return sums
+
+
+def gradient_sums_command(grads: list, partials: list, structure: tuple):
+    """The native runner's `Command` (`minflux.runtime.native_runner`) for ``gradient_sums(grads,
+    partials, structure, in_place=True)``, or None where that splits over threads or has no elements.
+
+    >>> g, p = [np.full(3, 2.0)], [np.arange(3.0)]
+    >>> gradient_sums_command(g, p, (((0, 0),),)).words[3:8]
+    [0, 1, 1024, 3, 1]
+    """
+    first = partials[0]
+    total = first.size
+    if not total or total >= PARALLEL_MIN_ELEMENTS or 5 + len(grads) + len(partials) > MAX_KERNEL_ARGUMENTS:
+        return None
+    rows = -(-total // _ROW)
+    kernel = _kernel(structure, len(grads), len(partials), first.dtype, True)
+    return kernel_words(function_address(kernel.call), [0, rows, _ROW, total, rows],
+                        pointers([*grads, *partials]))

@@ -144,20 +144,28 @@ _machine = None
 def _target_machine():
     global _machine
     if _machine is None:
-        _configure_llvm()
-        llvm = kernel_cache._binding()
-        _machine = llvm.Target.from_default_triple().create_target_machine(
-            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3,
-            codemodel="jitdefault")
+        _machine = _new_target_machine()
     return _machine
 
 
-def _compile_ir(ir: str):
-    """LLVM IR text optimised as numba optimises (O3, loop and SLP vectorisers) and compiled:
-    (object code, the names it declares, the optimised module)."""
+def _new_target_machine():
+    _configure_llvm()
     llvm = kernel_cache._binding()
-    machine = _target_machine()
-    module = llvm.parse_assembly(ir)
+    return llvm.Target.from_default_triple().create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3, codemodel="jitdefault")
+
+
+def _compile_ir(ir: str, private: bool = False):
+    """LLVM IR text optimised as numba optimises (O3, loop and SLP vectorisers) and compiled:
+    (object code, the names it declares, the optimised module). ``private``: in an LLVM context and
+    target machine of its own, so that another thread may compile beside it."""
+    llvm = kernel_cache._binding()
+    if private:
+        machine = _new_target_machine()
+        module = llvm.parse_assembly(ir, context=llvm.create_context())
+    else:
+        machine = _target_machine()
+        module = llvm.parse_assembly(ir)
     module.triple = llvm.get_process_triple()
     module.data_layout = str(machine.target_data)
     module.verify()
@@ -170,10 +178,11 @@ def _compile_ir(ir: str):
     return machine.emit_object(module), declared, module
 
 
-def load_ir_kernel(ir: str, symbol: str, n_pointers: int, n_strides: int = 0, generator: str = "") -> Kernel:
+def load_ir_kernel(ir: str, symbol: str, n_pointers: int, n_strides: int = 0, generator: str = "",
+                   private: bool = False) -> Kernel:
     """The kernel ``symbol`` of LLVM module ``ir``: from memory, from object code on disk, or compiled
     now by LLVM (its object code then saved for the next process). ``generator`` is as for
-    `load_kernel`.
+    `load_kernel`; ``private`` compiles in an LLVM context of its own (from a thread beside others).
 
     >>> import numpy as np
     >>> ir = '''
@@ -208,7 +217,7 @@ def load_ir_kernel(ir: str, symbol: str, n_pointers: int, n_strides: int = 0, ge
             call = None
         assembly = None
         if call is None:
-            code, declared, module = _compile_ir(ir.replace(f"@{symbol}(", f"@{key}(", 1))
+            code, declared, module = _compile_ir(ir.replace(f"@{symbol}(", f"@{key}(", 1), private)
             try:
                 kernel_cache.save_object(directory, key, code, key, declared)
             except OSError:

@@ -1,21 +1,26 @@
-"""One native function that runs a list of commands: compiled kernels and BLAS products, no Python between.
+"""One native function that runs a list of commands: kernels, BLAS products, elementwise loops, copies.
 
 A recorded schedule's native segments (`minflux.schedule.native`) are not compiled code of their
-own: they are words in an int64 array, which `run` walks in one C call. A command is
+own: they are words in an int64 array, which `run` walks in one C call. The commands (a `Command`
+each, written by the builders below):
 
-- ``KERNEL, function, n, a_0 ... a_(n-1)``: call a compiled kernel with its ``n`` int64 arguments
-  (its row range, strides and array addresses: `minflux.runtime.kernel_loader`);
-- ``GEMM + variant, function, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, flags``: the row-major
-  ``c = a @ b`` of a CBLAS ``?gemm`` (float32 or float64, 32- or 64-bit integers: `GEMM_VARIANTS`).
-  When ``flags`` is not 0 the floating-point status flags are cleared before the call and tested
-  after it, as numpy does around its ``matmul``; if any of ``flags`` is raised, the walk stops and
-  word 0 of the array says at which command, so that the caller can redo that product in Python where
-  numpy raises or warns as its error state says.
+- `kernel_words`: call a compiled kernel with its int64 arguments (its row range, strides and array
+  addresses: `minflux.runtime.kernel_loader`);
+- `gemm_words`: the row-major ``c = a @ b`` of a CBLAS ``?gemm`` (float32 or float64, 32- or 64-bit
+  integers: `GEMM_VARIANTS`);
+- `map_words`: ``out = a + b`` (``-``, ``*``, ``/``: `MAP_OPERATIONS`) over rows of float32 or
+  float64 elements, an operand read whole or once per row;
+- `copy_words`: rows of bytes copied, as a concatenation does.
+
+A product or an elementwise loop with ``flags`` other than 0 clears the floating-point status flags
+before it and tests them after it, as numpy does around its own loops; where one of ``flags`` was
+raised, the walk stops and word 0 of the array says at which command, so that the caller does that
+command again with numpy, which raises or warns as its error state says.
 
 So one function serves every schedule: nothing is compiled per model, per size or per number of time
-steps. It is LLVM IR compiled once per machine and cached on disk like any kernel (`load_runner`).
-Kernels take only 64-bit integers and pointers, which the C calling conventions of 64-bit platforms
-pass alike, so a kernel is called through one type per argument count.
+steps. It is LLVM IR (`native_runner_ir`) compiled once per machine and cached on disk like any
+kernel (`load_runner`). Kernels take only 64-bit integers and pointers, which the C calling
+conventions of 64-bit platforms pass alike, so a kernel is called through one type per argument count.
 
 >>> import numpy as np
 >>> from minflux.runtime.kernel_loader import load_ir_kernel
@@ -26,8 +31,8 @@ pass alike, so a kernel is called through one type per argument count.
 ... }'''
 >>> fill = load_ir_kernel(ir, "fill", 1)
 >>> x = np.zeros(1)
->>> words, _ = kernel_words(function_address(fill.call), [0, 1, 1, 1, 1], [x.ctypes.data])
->>> program = np.array([-1, *words], np.int64)
+>>> command = kernel_words(function_address(fill.call), [0, 1, 1, 1, 1], [x.ctypes.data])
+>>> program = np.array([-1, *command.words], np.int64)
 >>> run(program, 1, len(program))
 >>> x.tolist(), int(program[0])
 ([7.0], -1)
@@ -37,21 +42,32 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import threading
+import warnings
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["GEMM", "GEMM_OUT", "GEMM_VARIANTS", "GEMM_WORDS", "KERNEL", "MAX_KERNEL_ARGUMENTS", "fp_flags",
-           "function_address", "gemm_words", "kernel_words", "load_runner", "numpy_gemm", "run"]
+from .native_runner_ir import (COPY, COPY_WORDS, GEMM, GEMM_VARIANTS, GEMM_WORDS, KERNEL, MAP, MAP_DTYPES,
+                               MAP_OPERATIONS, MAP_WORDS, MAX_KERNEL_ARGUMENTS, map_tag, runner_ir)
 
-KERNEL, GEMM = 0, 1
-GEMM_VARIANTS = ((np.dtype(np.float32), 32), (np.dtype(np.float32), 64),
-                 (np.dtype(np.float64), 32), (np.dtype(np.float64), 64))
-"""(dtype, integer width) of ``GEMM + i``: ``cblas_sgemm`` or ``cblas_dgemm`` with 32- or 64-bit ints."""
-GEMM_WORDS = 14
-MAX_KERNEL_ARGUMENTS = 96
-"""The most arguments a kernel command may pass (the widest elementwise kernels stay Python calls)."""
+__all__ = ["COPY", "Command", "GEMM", "GEMM_VARIANTS", "KERNEL", "MAP", "MAP_DTYPES", "MAP_OPERATIONS",
+           "MAX_KERNEL_ARGUMENTS", "command_size", "copy_words", "fp_flags", "function_address", "gemm_words", "kernel_words",
+           "load_runner", "map_tag", "map_words", "numpy_gemm", "run", "runner_ready"]
 
-_ROW_MAJOR = 101
+class Command(NamedTuple):
+    """One command: its ``words``, the positions of the addresses among them, and ``redo``: None, or
+    (numpy function, its operands in the order of the addresses, the last its ``out``) for a command
+    that computes what that call computes (checked once against its bits; done again by it where the
+    floating-point check stops the walk). ``held``: arrays the words point into, kept alive with them."""
+
+    words: list
+    addresses: tuple
+    redo: tuple | None = None
+    held: tuple = ()
+
+
+_lock = threading.Lock()
 
 # <fenv.h>'s FE_INVALID, FE_DIVBYZERO, FE_OVERFLOW, FE_UNDERFLOW (glibc) by machine
 _FE_FLAGS = {"x86_64": (0x01, 0x04, 0x08, 0x10), "AMD64": (0x01, 0x04, 0x08, 0x10),
@@ -77,20 +93,39 @@ def function_address(function) -> int:
     return ctypes.cast(function, ctypes.c_void_p).value
 
 
-def kernel_words(function: int, integers: list, addresses: list) -> tuple[list, range]:
-    """(the words of one kernel command, the positions of its addresses among them)."""
+def kernel_words(function: int, integers: list, addresses: list) -> Command:
+    """A kernel called with ``integers`` then ``addresses``."""
     n = len(integers) + len(addresses)
-    return [KERNEL, function, n, *integers, *addresses], range(3 + len(integers), 3 + n)
-
-
-GEMM_OUT = 11
-"""The position of the result's address among a product command's words."""
+    return Command([KERNEL, function, n, *integers, *addresses], tuple(range(3 + len(integers), 3 + n)))
 
 
 def gemm_words(variant: int, function: int, trans_a: int, trans_b: int, m: int, n: int, k: int,
-               a: int, lda: int, b: int, ldb: int, c: int, ldc: int, flags: int) -> tuple[list, tuple]:
-    """(the words of one product command, the positions of its three addresses among them)."""
-    return [GEMM + variant, function, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, flags], (7, 9, GEMM_OUT)
+               a: int, lda: int, b: int, ldb: int, c: int, ldc: int, flags: int, redo: tuple) -> Command:
+    """``c = a @ b`` by CBLAS ``function`` (`GEMM_VARIANTS[variant]`), the arguments as CBLAS names them."""
+    return Command([GEMM + variant, function, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, flags],
+                   (7, 9, 11), redo)
+
+
+def map_words(op: int, dtype, rows: int, cols: int, a: tuple, b: tuple, out: tuple, flags: int, redo: tuple,
+              held: tuple = ()) -> Command:
+    """``out = a <op> b`` over ``rows`` rows of ``cols`` elements: ``a``, ``b`` and ``out`` are (address,
+    bytes between rows, elements between columns: 1, or 0 for an operand read once per row)."""
+    pattern = (a[2] == 0) + 2 * (b[2] == 0)
+    return Command([map_tag(op, dtype, pattern), 0, rows, cols, a[0], a[1], b[0], b[1], out[0], out[1], flags],
+                   (4, 6, 8), redo, held)
+
+
+def copy_words(rows: int, size: int, src: tuple, dst: tuple) -> Command:
+    """``rows`` rows of ``size`` bytes copied: ``src`` and ``dst`` are (address, bytes between rows)."""
+    return Command([COPY, 0, rows, size, src[0], src[1], dst[0], dst[1]], (4, 6))
+
+
+def command_size(program: np.ndarray, at: int) -> int:
+    """The number of words of the command at word ``at`` of ``program``."""
+    tag = int(program[at])
+    if tag == KERNEL:
+        return 3 + int(program[at + 2])
+    return GEMM_WORDS if tag < COPY else COPY_WORDS if tag == COPY else MAP_WORDS
 
 
 # -- numpy's own BLAS ----------------------------------------------------------------------------------
@@ -129,95 +164,41 @@ def numpy_gemm(dtype) -> tuple | None:
     return _numpy_gemm.get(np.dtype(dtype))
 
 
-# -- the runner ----------------------------------------------------------------------------------------
-def _word(at: str, offset: int, name: str, lines: list) -> str:
-    lines.append(f"  %{name}.at = add i64 {at}, {offset}")
-    lines.append(f"  %{name}.p = getelementptr i64, ptr %p, i64 %{name}.at")
-    lines.append(f"  %{name} = load i64, ptr %{name}.p")
-    return f"%{name}"
-
-
-def runner_ir() -> str:
-    """The LLVM IR of the runner: ``minflux_run(first word, end word, 0, 0, 0, words)``."""
-    lines = ["declare i32 @feclearexcept(i32)", "declare i32 @fetestexcept(i32)", "",
-             "define void @minflux_run(i64 %r0, i64 %r1, i64 %inner, i64 %total, i64 %rows, ptr %p) {",
-             "entry:", "  %any = icmp slt i64 %r0, %r1", "  br i1 %any, label %loop, label %done", "loop:"]
-    nexts = [f"[%next.k{n}, %k{n}]" for n in range(MAX_KERNEL_ARGUMENTS + 1)]
-    nexts += [f"[%next.g{v}, %g{v}.ok]" for v in range(len(GEMM_VARIANTS))]
-    lines.append(f"  %pc = phi i64 [%r0, %entry], {', '.join(nexts)}")
-    lines.append("  %tag.p = getelementptr i64, ptr %p, i64 %pc")
-    lines.append("  %tag = load i64, ptr %tag.p")
-    fn = _word("%pc", 1, "fn.word", lines)
-    lines.append(f"  %fn = inttoptr i64 {fn} to ptr")
-    cases = " ".join([f"i64 {KERNEL}, label %kernel"] +
-                     [f"i64 {GEMM + v}, label %g{v}" for v in range(len(GEMM_VARIANTS))])
-    lines.append(f"  switch i64 %tag, label %done [{cases}]")
-    lines.append("kernel:")
-    count = _word("%pc", 2, "n", lines)
-    lines.append(f"  switch i64 {count}, label %done [" +
-                 " ".join(f"i64 {n}, label %k{n}" for n in range(MAX_KERNEL_ARGUMENTS + 1)) + "]")
-    for n in range(MAX_KERNEL_ARGUMENTS + 1):
-        lines.append(f"k{n}:")
-        args = [_word("%pc", 3 + i, f"k{n}.a{i}", lines) for i in range(n)]
-        lines.append(f"  call void %fn({', '.join('i64 ' + a for a in args)})")
-        lines.append(f"  %next.k{n} = add i64 %pc, {3 + n}")
-        lines.append(f"  %more.k{n} = icmp slt i64 %next.k{n}, %r1")
-        lines.append(f"  br i1 %more.k{n}, label %loop, label %done")
-    for v, (dtype, width) in enumerate(GEMM_VARIANTS):
-        scalar = "float" if dtype == np.float32 else "double"
-        integer = f"i{width}"
-        lines.append(f"g{v}:")
-        words = [_word("%pc", 2 + i, f"g{v}.w{i}", lines) for i in range(GEMM_WORDS - 2)]
-        ints = []
-        for i, w in enumerate(words[:-1]):
-            if i in (5, 7, 9):   # the pointers
-                ints.append(f"ptr %g{v}.ptr{i}")
-                lines.append(f"  %g{v}.ptr{i} = inttoptr i64 {w} to ptr")
-            elif width == 32:
-                lines.append(f"  %g{v}.i{i} = trunc i64 {w} to i32")
-                ints.append(f"i32 %g{v}.i{i}")
-            else:
-                ints.append(f"i64 {w}")
-        flags = words[-1]
-        lines.append(f"  %g{v}.flags = trunc i64 {flags} to i32")
-        lines.append(f"  %g{v}.check = icmp ne i32 %g{v}.flags, 0")
-        lines.append(f"  br i1 %g{v}.check, label %g{v}.clear, label %g{v}.call")
-        lines.append(f"g{v}.clear:")
-        lines.append(f"  %g{v}.c = call i32 @feclearexcept(i32 %g{v}.flags)")
-        lines.append(f"  br label %g{v}.call")
-        lines.append(f"g{v}.call:")
-        ta, tb, m, n, k, a, lda, b, ldb, c, ldc = ints
-        one, zero = f"{scalar} 1.0", f"{scalar} 0.0"
-        lines.append(f"  call void %fn({integer} {_ROW_MAJOR}, {ta}, {tb}, {m}, {n}, {k}, {one}, {a}, {lda}, "
-                     f"{b}, {ldb}, {zero}, {c}, {ldc})")
-        lines.append(f"  br i1 %g{v}.check, label %g{v}.test, label %g{v}.ok")
-        lines.append(f"g{v}.test:")
-        lines.append(f"  %g{v}.raised = call i32 @fetestexcept(i32 %g{v}.flags)")
-        lines.append(f"  %g{v}.clean = icmp eq i32 %g{v}.raised, 0")
-        lines.append(f"  br i1 %g{v}.clean, label %g{v}.ok, label %g{v}.stop")
-        lines.append(f"g{v}.stop:")
-        lines.append("  store i64 %pc, ptr %p")
-        lines.append("  ret void")
-        lines.append(f"g{v}.ok:")
-        lines.append(f"  %next.g{v} = add i64 %pc, {GEMM_WORDS}")
-        lines.append(f"  %more.g{v} = icmp slt i64 %next.g{v}, %r1")
-        lines.append(f"  br i1 %more.g{v}, label %loop, label %done")
-    lines += ["done:", "  ret void", "}"]
-    return "\n".join(lines) + "\n"
-
-
 _runner = None
+_loading: threading.Thread | None = None
 
 
 def load_runner():
     """The runner as a ctypes function ``(first word, end word, 0, 0, 0, address of the words)``:
-    compiled on first use (about a second) and cached on disk."""
+    compiled on first use (a second or two, once per machine) and cached on disk."""
     global _runner
     if _runner is None:
         from .kernel_loader import load_ir_kernel
 
-        _runner = load_ir_kernel(runner_ir(), "minflux_run", 1, generator="native_runner 1").call
+        _runner = load_ir_kernel(runner_ir(), "minflux_run", 1, generator="native_runner 2", private=True).call
     return _runner
+
+
+def runner_ready() -> bool:
+    """Whether the runner is loaded; the first call that finds it not loaded starts loading it on a
+    thread of its own, so that no caller waits for its compiler. A runner that cannot be compiled
+    here is reported once, as a warning, and never ready."""
+    global _loading
+    if _runner is not None:
+        return True
+    with _lock:
+        if _loading is None:
+            _loading = threading.Thread(target=_load_in_background, name="minflux native runner", daemon=True)
+            _loading.start()
+    return False
+
+
+def _load_in_background() -> None:
+    try:
+        load_runner()
+    except Exception as error:   # noqa: BLE001 (reported, and the Python replay goes on)
+        warnings.warn(f"minflux could not compile its native runner ({error}); compiled steps replay in "
+                      "Python", RuntimeWarning, stacklevel=1)
 
 
 def run(program: np.ndarray, first: int, end: int) -> None:

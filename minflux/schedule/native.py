@@ -37,6 +37,7 @@ import numpy as np
 
 from ..runtime import native_runner
 from ..runtime.pointers import pointers
+from .native_numpy import COMMANDS
 from .traced import _method_caller
 
 _PLACEHOLDER = re.compile(r"[@$]")
@@ -69,39 +70,60 @@ def _count(text: str) -> int:
     return len(_PLACEHOLDER.findall(text))
 
 
+def command_of(fn):
+    """The function giving a call of ``fn``'s native command, or None."""
+    found = getattr(fn, "native_command", None)
+    if found is None:
+        try:
+            found = COMMANDS.get(fn)
+        except TypeError:   # an unhashable callable
+            return None
+    return found
+
+
 class Probe:
     """Stands in for the callables of the statements that may become commands during one replay:
-    runs each and keeps ``commands[statement] = (words, pointer positions, result, product arrays)``."""
+    runs each and keeps ``commands[statement] = (its Command, its result)``."""
 
     def __init__(self):
         self.commands: dict = {}
 
     def __call__(self, index: int, fn, /, *args, **kwargs):
+        make = command_of(fn)
+        errstate = np.geterr()
+        command = make(args, kwargs, errstate)
+        scratch = None if command is None or command.redo is None else _trial(make, command, errstate)
         result = fn(*args, **kwargs)
-        found = fn.native_command(args, kwargs, np.geterr())
-        if found is not None:
-            words, places = found
-            product = _product_arrays(words, args, kwargs)
-            if product is None or _same_bits(words, product):
-                self.commands[index] = (words, places, result, product)
+        if command is not None and (command.redo is None or
+                                    scratch is not None and scratch.tobytes() == command.redo[1][-1].tobytes()):
+            self.commands[index] = (command, result)
         return result
 
 
-def _product_arrays(words: list, args: tuple, kwargs: dict):
-    if not words or words[0] < native_runner.GEMM:
+def _trial(make, command, errstate: dict):
+    """What ``command`` writes when it runs on copies of its operands (laid out as they are, taken
+    before its call), or None where it does not run so."""
+    *operands, out = command.redo[1]
+    copies = [_copy_in_layout(x) if x.__class__ is np.ndarray else x for x in operands]
+    scratch = _copy_in_layout(out)
+    if any(c is None for c in copies) or scratch is None:
         return None
-    return (args[0], args[1], kwargs["out"] if "out" in kwargs else args[2])
+    trial = make(tuple(copies), {"out": scratch}, errstate)
+    if trial is None or trial.words[0] != command.words[0]:
+        return None
+    program = np.array([-1, *trial.words], np.int64)
+    native_runner.run(program, 1, len(program))
+    return scratch if program[0] < 0 else None
 
 
-def _same_bits(words: list, product) -> bool:
-    """Whether the product command writes what its Python call wrote (into a scratch array)."""
-    out = product[2]
-    scratch = np.empty_like(out)
-    trial = np.array([-1, *words], np.int64)
-    trial[1 + native_runner.GEMM_OUT] = scratch.ctypes.data
-    trial[-1] = 0
-    native_runner.run(trial, 1, len(trial))
-    return scratch.tobytes() == out.tobytes()
+def _copy_in_layout(x: np.ndarray) -> np.ndarray | None:
+    """A copy of ``x`` with its strides (another routine may read another layout another way)."""
+    if any(s < 0 or s % x.itemsize for s in x.strides):
+        return None
+    span = sum((n - 1) * s for n, s in zip(x.shape, x.strides)) // x.itemsize + 1 if x.size else 0
+    copy = np.lib.stride_tricks.as_strided(np.empty(span, x.dtype), x.shape, x.strides)
+    np.copyto(copy, x)
+    return copy
 
 
 def probed(statements: list, probe: Probe) -> list:
@@ -112,7 +134,7 @@ def probed(statements: list, probe: Probe) -> list:
         if span is not None:
             start, _ = span
             n_before = _count(st.text[:start])
-            if hasattr(st.params[n_before], "native_command"):
+            if command_of(st.params[n_before]) is not None:
                 st = st._replace(text=st.text[:start] + "$($, $, " + st.text[start + 2:],
                                  params=[*st.params[:n_before], probe, index, *st.params[n_before:]])
         result.append(st)
@@ -129,22 +151,25 @@ class NativeForm:
 
     def __init__(self, statements: list, probe: Probe, arena: np.ndarray, inputs: list, outputs: list):
         self._run = native_runner.load_runner()
-        places = _Places(arena, inputs, statements)
+        self._held = [h for command, _ in probe.commands.values() for h in command.held]
+        places = _Places(arena, inputs, statements, self._held)
         words = [-1]
         patches: list = []          # (word, input, offset)
-        self._redo: dict = {}       # the word of a numpy product -> its arrays' layouts
+        self._redo: dict = {}       # the first word of a checked command -> (numpy function, its operands)
         natives: dict = {}          # statement -> (first word, end word, its result as a statement or None)
-        for index, (command, positions, result, product) in probe.commands.items():
-            located = [places.locate(command[p]) for p in positions]
+        for index, (command, result) in probe.commands.items():
+            located = [places.locate(command.words[p]) for p in command.addresses]
             if any(at is None for at in located) or not places.stays(result):
                 continue
             first = len(words)
-            for p, at in zip(positions, located):
+            for p, at in zip(command.addresses, located):
                 if at != "fixed":
                     patches.append((first + p, *at))
-            words.extend(command)
-            if product is not None:
-                self._redo[first] = [(first + p, x.shape, x.strides, x.dtype) for p, x in zip(positions, product)]
+            words.extend(command.words)
+            if command.redo is not None:
+                fn, operands = command.redo
+                self._redo[first] = (fn, [(first + p, x.shape, x.strides, x.dtype) if x.__class__ is np.ndarray
+                                          else x for p, x in zip(command.addresses, operands)])
             natives[index] = (first, len(words), _stub(statements[index], result))
         self.program = np.array(words, np.int64)
         self._address = self.program.ctypes.data
@@ -155,8 +180,9 @@ class NativeForm:
         self._patch_which = np.array([used.index(i) for _, i, _ in patches], np.intp)
         self.statements, self.n_segments = self._segments(statements, natives, outputs)
         self.n_commands = len(natives)
-        self.n_products = len(self._redo)
-        self.n_kernels = sum(self.program[first] == native_runner.KERNEL for first, end, _ in natives.values())
+        tags = [int(self.program[first]) for first, _, _ in natives.values()]
+        self.n_kernels = tags.count(native_runner.KERNEL)
+        self.n_products = sum(native_runner.GEMM <= t < native_runner.COPY for t in tags)
         self.n_python = len(statements) - len(natives)
 
     def _segments(self, statements: list, natives: dict, outputs: list) -> tuple[list, int]:
@@ -218,10 +244,10 @@ class NativeForm:
             if stopped < 0:
                 return
             program[0] = -1
-            a, b, out = (_array_at(int(program[w]), shape, strides, dtype)
-                         for w, shape, strides, dtype in self._redo[stopped])
-            np.matmul(a, b, out=out)
-            first = stopped + native_runner.GEMM_WORDS
+            fn, operands = self._redo[stopped]
+            *args, out = [_array_at(int(program[x[0]]), *x[1:]) if x.__class__ is tuple else x for x in operands]
+            fn(*args, out=out)
+            first = stopped + native_runner.command_size(program, stopped)
             if first >= end:
                 return
 
@@ -240,8 +266,8 @@ class _Places:
     """Where an address lies: in memory that stays put (the arena, an array the statements hold as a
     constant), or at an offset into exactly one input."""
 
-    def __init__(self, arena: np.ndarray, inputs: list, statements: list):
-        held = [arena, *(p for st in statements for p in st.params if p.__class__ is np.ndarray)]
+    def __init__(self, arena: np.ndarray, inputs: list, statements: list, held: list):
+        held = [arena, *held, *(p for st in statements for p in st.params if p.__class__ is np.ndarray)]
         spans = sorted((p, p + a.nbytes) for a, p in zip(held, pointers(held)) if a.nbytes)
         self.fixed = []   # sorted, disjoint (low, high)
         for low, high in spans:

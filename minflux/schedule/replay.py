@@ -41,7 +41,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..runtime import settings
+from ..runtime import native_runner, settings
 from . import native
 from .buffers import Plan, plan_buffers
 from .recorder import Recording, Ref
@@ -125,7 +125,7 @@ class Replay:
                         return self._interpret(inputs)
                     run = self._compiled = self._compile()
                     self._probe_next = settings.get("native_replay")
-                elif self._probe_next:
+                elif self._probe_next and native_runner.runner_ready():
                     self._probe_next = False
                     return self._go_native(inputs)
                 return run(inputs)

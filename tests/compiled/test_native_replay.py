@@ -21,6 +21,7 @@ CALLS = 72
 @pytest.fixture(autouse=True)
 def compile_after_five_replays(monkeypatch):
     monkeypatch.setattr("minflux.schedule.replay.COMPILE_AFTER", 5)
+    native_runner.load_runner()   # here, rather than on the thread a replay starts (a second or two)
 
 
 def native_form(step):
@@ -143,7 +144,7 @@ def test_the_runner_stops_at_a_product_whose_flags_are_raised():
     words = []
     for out in (c, d):
         words += native_runner.gemm_words(variant, address, 111, 111, 2, 2, 2, huge.ctypes.data, 2,
-                                          huge.ctypes.data, 2, out.ctypes.data, 2, flags)[0]
+                                          huge.ctypes.data, 2, out.ctypes.data, 2, flags, None).words
     program = np.array([-1, *words], np.int64)
     native_runner.run(program, 1, len(program))
     assert program[0] == 1 and np.isinf(c).all() and (d == 0).all()

@@ -1,0 +1,116 @@
+"""numpy operations of a recorded schedule as native commands: elementwise arithmetic and concatenation.
+
+`COMMANDS` maps ``np.add``, ``np.subtract``, ``np.multiply``, ``np.true_divide`` and
+``np.concatenate`` to the function that gives a call's `minflux.runtime.native_runner.Command`, or
+None where the call is not one the runner does as numpy does. Arithmetic qualifies on float32 or
+float64 arrays of the result's dtype (or Python numbers, converted to it as numpy converts them)
+whose elements are read whole or once per row, written into an ``out`` that overlaps no operand
+except as that very operand; IEEE arithmetic rounds each element the same way in any loop, so the
+bits are numpy's (a NaN's payload aside, where both operands are NaN), and numpy's floating-point
+checks are kept (`native_runner`). A concatenation qualifies when every array and ``out`` are
+C-contiguous of one dtype: it is a copy of rows.
+
+>>> import numpy as np
+>>> a, b, out = np.ones((2, 3), np.float32), np.ones(3, np.float32), np.empty((2, 3), np.float32)
+>>> COMMANDS[np.add]((a, b), {"out": out}, np.geterr()).words[2:4]
+[2, 3]
+>>> len(COMMANDS[np.concatenate](([a, a],), {"axis": 1, "out": np.empty((2, 6), np.float32)}, {}).words)
+16
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..runtime import native_runner
+from ..runtime.native_runner import Command, MAP_DTYPES, copy_words, map_words
+from ..runtime.pointers import pointers
+
+__all__ = ["COMMANDS"]
+
+
+def _rows(x: np.ndarray, shape: tuple) -> tuple | None:
+    """(bytes between rows, elements between columns) of ``x`` broadcast to ``shape`` seen as rows of its
+    last axis, or None where its elements are not so laid out."""
+    try:
+        b = np.broadcast_to(x, shape)
+    except ValueError:
+        return None
+    strides, size = b.strides, b.itemsize
+    if not shape:
+        return 0, 0
+    inner = strides[-1]
+    if inner not in (0, size) and shape[-1] > 1:
+        return None
+    for i in range(len(shape) - 2):   # the outer axes must merge into one
+        if shape[i] > 1 and strides[i] != strides[i + 1] * shape[i + 1]:
+            return None
+    return (strides[-2] if len(shape) > 1 else 0), (1 if inner and shape[-1] > 1 else 0)
+
+
+def _map_command(op: int):
+    fn = native_runner.MAP_OPERATIONS[op][1]
+
+    def command(args: tuple, kwargs: dict, errstate: dict) -> Command | None:
+        out = kwargs.get("out", args[2] if len(args) == 3 else None)
+        if out.__class__ is tuple and len(out) == 1:
+            out = out[0]
+        if (len(args) not in (2, 3) or set(kwargs) - {"out"} or out.__class__ is not np.ndarray
+                or out.dtype not in MAP_DTYPES or not out.size or not out.flags.writeable):
+            return None
+        dtype, shape = out.dtype, out.shape
+        operands, held, redo = [], [], []
+        for x in args[:2]:
+            if x.__class__ is np.ndarray and x.dtype == dtype:
+                operands.append(x)
+            elif x.__class__ in (float, int) or isinstance(x, np.generic) and x.dtype == dtype:
+                operands.append(np.array(x, dtype))   # a Python number as numpy converts it
+                held.append(operands[-1])
+            else:
+                return None
+            redo.append(x)
+        laid = [_rows(x, shape) for x in operands]
+        written = _rows(out, shape)
+        flags = native_runner.fp_flags(errstate)
+        if None in laid or written is None or written[1] != 1 and shape and shape[-1] > 1 or flags is None:
+            return None
+        for x in operands:
+            if np.may_share_memory(x, out) and not (x.shape == shape and x.strides == out.strides
+                                                    and pointers([x]) == pointers([out])):
+                return None
+        rows, cols = (math.prod(shape[:-1]), shape[-1]) if shape else (1, 1)
+        (pa, pb, po) = pointers([*operands, out])
+        return map_words(op, dtype, rows, cols, (pa, *laid[0]), (pb, *laid[1]), (po, written[0], 1), flags,
+                         (fn, (*redo, out)), tuple(held))
+
+    return command
+
+
+def _concatenate_command(args: tuple, kwargs: dict, errstate: dict) -> Command | None:
+    if not args or len(args) > 2 or set(kwargs) - {"axis", "out"}:
+        return None
+    arrays, out = args[0], kwargs.get("out")
+    axis = kwargs.get("axis", args[1] if len(args) == 2 else 0)
+    if out.__class__ is not np.ndarray or not out.flags.c_contiguous or axis.__class__ is not int or not out.ndim:
+        return None
+    if not all(x.__class__ is np.ndarray and x.dtype == out.dtype and x.ndim == out.ndim and x.flags.c_contiguous
+               for x in arrays):
+        return None
+    axis = axis % out.ndim
+    rows, row = math.prod(out.shape[:axis]), math.prod(out.shape[axis:]) * out.itemsize
+    words, addresses, offset = [], [], 0
+    for x, address in zip(arrays, pointers(list(arrays))):
+        size = math.prod(x.shape[axis:]) * x.itemsize
+        if size and rows:
+            copy = copy_words(rows, size, (address, size), (pointers([out])[0] + offset, row))
+            addresses += [len(words) + p for p in copy.addresses]
+            words += copy.words
+        offset += size
+    if offset != row or not words:
+        return None
+    return Command(words, tuple(addresses))
+
+
+COMMANDS = {fn: _map_command(op) for op, (_, fn) in enumerate(native_runner.MAP_OPERATIONS)}
+COMMANDS[np.concatenate] = _concatenate_command

@@ -1,0 +1,87 @@
+"""The native runner's commands against the numpy calls they stand for, bit for bit."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from minflux.runtime import native_runner
+from minflux.schedule.native_numpy import COMMANDS
+
+
+def run(*commands) -> np.ndarray:
+    program = np.array([-1, *(w for c in commands for w in c.words)], np.int64)
+    native_runner.run(program, 1, len(program))
+    return program
+
+
+def special_values(rng, shape, dtype):
+    x = np.asarray(rng.normal(size=shape) * 3, dtype)
+    x.flat[::7] = 0.0
+    x.flat[1::11] = -0.0
+    x.flat[2::13] = np.finfo(dtype).tiny / 4   # subnormal
+    x.flat[3::17] = np.inf
+    x.flat[4::19] = -np.inf
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("fn", [np.add, np.subtract, np.multiply, np.true_divide])
+@pytest.mark.parametrize("shapes", [((5, 9), (5, 9)), ((5, 9), (9,)), ((5, 9), (5, 1)), ((5, 1), (5, 9)),
+                                    ((4, 3, 6), (6,)), ((7,), ()), ((), ())])
+def test_elementwise_commands_give_numpys_bits(fn, dtype, shapes):
+    rng = np.random.default_rng(0)
+    a, b = (special_values(rng, s, dtype) for s in shapes)
+    with np.errstate(all="ignore"):
+        want = np.asarray(fn(a, b))
+        out = np.empty_like(want)
+        command = COMMANDS[fn]((a, b), {"out": out}, np.geterr())
+        run(command)
+    assert command is not None and command.words[-1] == 0   # numpy's checks are off here: none asked
+    assert out.tobytes() == want.tobytes()
+
+
+def test_an_elementwise_command_on_strided_rows_and_a_python_number():
+    rng = np.random.default_rng(1)
+    wide = rng.normal(size=(6, 20)).astype(np.float32)
+    a = wide[:, 3:11]                      # rows 20 apart
+    out = np.empty((6, 8), np.float32)
+    command = COMMANDS[np.multiply]((a, 0.1), {"out": (out,)}, np.geterr())
+    run(command)
+    assert out.tobytes() == np.multiply(a, 0.1).tobytes()
+    assert COMMANDS[np.add]((wide[:, :16:2], a), {"out": out}, np.geterr()) is None   # columns apart: numpy's
+    assert COMMANDS[np.add]((wide[:, :8], wide[:, 1:9]), {"out": wide[:, 2:10]}, np.geterr()) is None   # overlaps
+
+
+def test_an_elementwise_command_stops_where_numpy_would_warn():
+    a, zero = np.ones(4), np.zeros(4)
+    out = np.empty(4)
+    with np.errstate(divide="warn"):
+        command = COMMANDS[np.true_divide]((a, zero), {"out": out}, np.geterr())
+    program = run(command)
+    assert program[0] == 1 and np.isinf(out).all()
+    with np.errstate(divide="ignore"):
+        command = COMMANDS[np.true_divide]((a, zero), {"out": out}, np.geterr())
+    assert run(command)[0] == -1
+
+
+def test_a_concatenation_is_copies_of_rows():
+    rng = np.random.default_rng(2)
+    parts = [rng.normal(size=(3, n, 2)) for n in (4, 1, 3)]
+    for axis in (0, 1, 2, -1):
+        want = np.concatenate([p if axis == 1 else parts[0] for p in parts], axis=axis)
+        arrays = [p if axis == 1 else parts[0] for p in parts]
+        out = np.empty_like(want)
+        run(COMMANDS[np.concatenate]((arrays,), {"axis": axis, "out": out}, {}))
+        assert out.tobytes() == want.tobytes()
+    transposed = [parts[0].T.copy().T]   # not C-contiguous: numpy's own
+    assert COMMANDS[np.concatenate]((transposed,), {"out": np.empty((3, 4, 2))}, {}) is None
+
+
+def test_the_runner_loads_on_a_thread_of_its_own(monkeypatch):
+    loaded = native_runner.load_runner()
+    monkeypatch.setattr(native_runner, "_runner", None)
+    monkeypatch.setattr(native_runner, "_loading", None)
+    assert native_runner.runner_ready() is False
+    native_runner._loading.join(timeout=120)
+    assert native_runner.runner_ready() is True and native_runner._runner is not None
+    assert native_runner.function_address(native_runner._runner) == native_runner.function_address(loaded)

@@ -17,7 +17,7 @@ medians over every round's steps. In the one-core setting a process whose CPU ti
 time by more than 5% is marked invalid.
 
     python benchmarks/hmlstm_step.py [--sizes small,default,ptb] [--rounds 3] [--steps 3]
-        [--impls auto,compiled,torch,jax] [--layer-norm off,on] [--settings one,all]
+        [--impls auto,compiled,native,torch,jax] [--layer-norm off,on] [--settings one,all]
 """
 from __future__ import annotations
 
@@ -76,16 +76,21 @@ def training_step(model, opt, x, y, state):
     return boundaries
 
 
-def minflux_step(size, layer_norm, mode, compiled=False, steady=False):
+def minflux_step(size, layer_norm, mode, compiled=False, steady=False, native=True):
     """One minflux step; ``compiled``: the same function through `mf.compile` (recorded in the
     first step, replayed in the timed ones); ``steady``: in the form a run replays from its 65th
-    step on (the straight-line function with its buffers), compiled at the first replay instead."""
+    step on (the straight-line function with its buffers), compiled at the first replay instead, and
+    with ``native`` (the default, as in a run) its native form, built at the second."""
     import minflux as mf
+    from minflux.runtime import native_runner, settings
 
+    settings.set("native_replay", native)
     if steady:
         import minflux.schedule.replay
 
         minflux.schedule.replay.COMPILE_AFTER = 0
+        if native:
+            native_runner.load_runner()   # from the disk cache; a run loads it on a thread of its own
     from minflux_models.boundaries import operations
 
     model = build_model(size, layer_norm, mode)
@@ -101,7 +106,7 @@ def minflux_step(size, layer_norm, mode, compiled=False, steady=False):
         """Step until a replay ran (fusion decides in the first calls); the seconds of the call that
         made the kept recording, or None when it was an earlier one."""
         seconds = None
-        while run.replays == 0:
+        while run.replays < (2 if steady and native else 1):
             before, start = run.recordings, time.perf_counter()
             step()
             if run.recordings > before:
@@ -111,6 +116,7 @@ def minflux_step(size, layer_norm, mode, compiled=False, steady=False):
     if compiled:
         step.settle = settle
         step.held_bytes = lambda: run.buffer_bytes
+        step.compiled = run
 
     def copy_fraction() -> float:
         """The share of COPY operations in the layers above the first (zero initial z)."""
@@ -153,12 +159,13 @@ BUILDERS = {
     "auto": lambda size, ln: minflux_step(size, ln, "auto"),
     "mixed": lambda size, ln: minflux_step(size, ln, "mixed"),
     "reverse": lambda size, ln: minflux_step(size, ln, "reverse"),
-    "compiled": lambda size, ln: minflux_step(size, ln, "auto", compiled=True, steady=True),
+    "compiled": lambda size, ln: minflux_step(size, ln, "auto", compiled=True, steady=True, native=False),
+    "native": lambda size, ln: minflux_step(size, ln, "auto", compiled=True, steady=True),
     "torch": torch_step,
     "jax": jax_step,
 }
 LABELS = {"auto": "minflux auto", "mixed": "minflux mixed", "reverse": "minflux reverse",
-          "compiled": "minflux compiled",
+          "compiled": "minflux compiled (Python replay)", "native": "minflux compiled (native)",
           "torch": "PyTorch eager", "jax": "JAX jit"}
 
 
@@ -260,8 +267,11 @@ def table(results: dict, rounds: int, steps: int, load: list) -> str:
              "the peers compute every row). minflux compiled is the same step through `mf.compile`: "
              "its timed steps are replays in the form a run reaches at its 65th step (the straight-line "
              "function writing into buffers allocated once, which its peak memory includes), compiled "
-             "here at the first replay; the seconds of the call that recorded them follow its first "
-             "step.\n")
+             "here at the first replay; (native) is the form a run reaches at its 66th, where the kernels, "
+             "products, arithmetic and copies the replay probed for run as native commands between the "
+             "Python calls that remain, built here at the second replay (the default); (Python replay) "
+             "stays in the straight-line function (`MINFLUX_NATIVE_REPLAY=0`). The seconds of the call "
+             "that recorded them follow the first step.\n")
     return text
 
 
@@ -272,7 +282,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", default="small,default,ptb")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--impls", default="auto,compiled,torch,jax")
+    parser.add_argument("--impls", default="auto,compiled,native,torch,jax")
     parser.add_argument("--layer-norm", default="off,on", help="off, on or off,on (the default size is always on)")
     parser.add_argument("--settings", default="one,all")
     args = parser.parse_args(argv)

@@ -5,13 +5,15 @@ batch: a few hundred operations on 16 x 16 arrays, where the arithmetic is negli
 remains is the cost of calling each operation. Reported per step and per recorded operation, on one
 thread, as the best of several blocks of calls (CPU time of this process): the eager step, the
 compiled call as a user makes it (guard walk, replay, write-backs and outputs), the replay alone in
-each of its two forms (the program of per-step functions its first calls run, and the straight-line
-function it is compiled into after `COMPILE_AFTER` replays), and the guard walk alone.
+each of its three forms (the program of per-step functions its first calls run, the straight-line
+function it is compiled into after `COMPILE_AFTER` replays, and the native form the next replay
+builds), and the guard walk alone.
 
 The second table is the HM-LSTM benchmark's step (`hmlstm_step.py`) at the small and the default
 experiment's size, one thread, CPU time: the eager step (median of 5 after 3), the call that records
 (after an earlier compiled step of the same size made its kernels and fusion decisions), the call
-that compiles the straight-line form, and a replay (median of 5 after that).
+that compiles the straight-line form, the call that probes for native commands and builds the native
+form, and a native replay (median of 5 after that), with how many operations run natively.
 
     python benchmarks/replay_overhead.py     # writes benchmarks/results/replay_overhead.{json,md}
 """
@@ -64,6 +66,7 @@ def recording_costs(size_name: str) -> dict:
 
     import hmlstm_step as hs
 
+    from minflux.runtime import native_runner
     from minflux.schedule.replay import COMPILE_AFTER
 
     size = hs.SIZES[size_name]
@@ -84,9 +87,14 @@ def recording_costs(size_name: str) -> dict:
     for _ in range(COMPILE_AFTER):
         step()
     compiling = cpu(step)
+    native_runner.load_runner()
+    building = cpu(step)
     replay = statistics.median(cpu(step) for _ in range(5))
+    (entry,) = step.compiled._entries.values()
+    form = entry.replay.native
     return {"eager step": eager_seconds, "recording call": recording, "compiling call": compiling,
-            "replay": replay}
+            "native build call": building, "replay": replay,
+            "native operations": 0 if form is None else form.n_commands, "operations": entry.replay.n_steps}
 
 
 def main(argv=None) -> int:
@@ -101,11 +109,13 @@ def main(argv=None) -> int:
 
     import minflux as mf
     from minflux.compiled import guard
+    from minflux.runtime import native_runner
     from minflux.schedule.replay import COMPILE_AFTER
 
     step, arguments = build(args.layers, args.width)
     compiled = mf.compile(step)
-    while compiled.replays <= COMPILE_AFTER:
+    native_runner.load_runner()
+    while compiled.replays <= COMPILE_AFTER + 1:
         compiled(*arguments)
     (entry,) = compiled._entries.values()
     roots = list(arguments) + [{}, step]     # what a call walks: the arguments, keywords, the function
@@ -114,7 +124,9 @@ def main(argv=None) -> int:
     seconds = {
         "eager step": best_cpu_seconds(lambda: step(*arguments), max(1, args.calls // 4), args.blocks),
         "compiled call": best_cpu_seconds(lambda: compiled(*arguments), args.calls, args.blocks),
-        "replay alone, straight-line": best_cpu_seconds(lambda: replay(leaves), args.calls, args.blocks),
+        "replay alone, native": best_cpu_seconds(lambda: replay(leaves), args.calls, args.blocks),
+        "replay alone, straight-line": best_cpu_seconds(lambda: replay.straight_line(leaves), args.calls,
+                                                        args.blocks),
         "replay alone, program (first calls)": best_cpu_seconds(
             lambda: replay._interpret(leaves), args.calls, args.blocks),
         "guard walk alone": best_cpu_seconds(lambda: guard.flatten(roots), args.calls, args.blocks),
@@ -128,12 +140,14 @@ def main(argv=None) -> int:
     costs = {name: recording_costs(name) for name in args.sizes}
     recording_rows = [[name, f"{c['eager step'] * 1e3:.0f}", f"{c['recording call'] * 1e3:.0f}",
                        f"{c['recording call'] / c['eager step']:.2f}x", f"{c['compiling call'] * 1e3:.0f}",
-                       f"{c['replay'] * 1e3:.0f}"] for name, c in costs.items()]
+                       f"{c['native build call'] * 1e3:.0f}", f"{c['replay'] * 1e3:.0f}",
+                       f"{c['native operations']} of {c['operations']}"] for name, c in costs.items()]
     table += ("\nThe HM-LSTM step (`hmlstm_step.py` sizes), one thread, CPU ms: the call that records "
-              f"against an eager step, and the call that compiles the straight-line form (replay "
-              f"{COMPILE_AFTER + 1}) against a replay.\n\n"
+              f"against an eager step, the call that compiles the straight-line form (replay "
+              f"{COMPILE_AFTER + 1}) and the one that builds the native form, against a native replay.\n\n"
               + markdown_table(["size", "eager step", "recording call", "recording / eager",
-                                "compiling call", "replay"], recording_rows))
+                                "compiling call", "native build call", "replay", "operations run natively"],
+                               recording_rows))
     write_results("replay_overhead", {"operations": n, "seconds": seconds, "layers": args.layers,
                                       "width": args.width, "recording": costs}, table)
     return 0

@@ -77,7 +77,8 @@ def _annihilating_product(g, p, fresh: bool, seed: bool, g_finite):
             g_finite = _finite_seed(g)
         if g_finite and not _may_be_nonfinite(p):
             return get_array_module(p).multiply(g, p, out=p)
-        return _guarded(g, p)
+        p[...] = _guarded(g, p)   # p whatever the data, so that a replay finds the result where it was
+        return p
     product = g * p
     if seed or not _may_be_nonfinite(product):
         return product   # no 0 * inf or 0 * nan in it: those would have made a nan
@@ -119,6 +120,9 @@ def _gradient_sums_command(args: tuple, kwargs: dict, errstate: dict):
 
 
 _gradient_sums.__wrapped_operation__.native_command = _gradient_sums_command   # what a recording calls
+# where their results lie depends on their arguments' layouts and constants, never on the data
+_gradient_sums.__wrapped_operation__.steady_results = True
+_annihilating_product.__wrapped_operation__.steady_results = True
 
 
 def _one_kernel_applies(grads: list, partials: list) -> bool:

@@ -13,6 +13,14 @@ uses is then placed:
 - anywhere else (an array a Python operation made new on this call): the operation stays a Python
   call, as it does when it has no command or its result is not in the arena.
 
+An address is trusted only where it is read from an array that lies where it lay at the probe on
+every call: an input, a planned buffer (an operation given ``out=`` returns it), the result of a
+command, or a view of one of those by constant indices. An operation whose results' place may depend on the
+data (one that hands back its argument unless the data say otherwise) makes the arrays it returns
+untrusted, and what reads them stays Python; an operation that says otherwise (``steady_results``
+on the recorded function: its results lie where its arguments' layouts and its constants put them)
+is trusted as a view is.
+
 A statement that became commands keeps, where later Python statements read its result, an
 assignment of that result (the same arena arrays every call); views (an index, a reshape) that only
 commands read are not made at all. Consecutive commands form a segment, run by one call of the
@@ -44,6 +52,7 @@ _PLACEHOLDER = re.compile(r"[@$]")
 _VIEWS = {operator.getitem, np.reshape, np.transpose, np.squeeze, np.expand_dims, np.ravel, np.swapaxes,
           np.moveaxis, np.broadcast_to, *(_method_caller(name) for name in
                                           ("reshape", "view", "transpose", "swapaxes", "squeeze", "ravel"))}
+_ATTRIBUTE_VIEWS = {repr(operator.attrgetter(name)) for name in ("T", "mT")}
 """Operations without effects whose results are views: left out where nothing in Python reads them."""
 
 
@@ -149,7 +158,8 @@ class NativeForm:
     calls; ``n_segments``.
     """
 
-    def __init__(self, statements: list, probe: Probe, arena: np.ndarray, inputs: list, outputs: list):
+    def __init__(self, statements: list, planned: set, probe: Probe, arena: np.ndarray, inputs: list,
+                 outputs: list):
         self._run = native_runner.load_runner()
         self._held = [h for command, _ in probe.commands.values() for h in command.held]
         places = _Places(arena, inputs, statements, self._held)
@@ -157,10 +167,21 @@ class NativeForm:
         patches: list = []          # (word, input, offset)
         self._redo: dict = {}       # the first word of a checked command -> (numpy function, its operands)
         natives: dict = {}          # statement -> (first word, end word, its result as a statement or None)
-        for index, (command, result) in probe.commands.items():
+        steady = set(range(len(inputs)))   # slots whose arrays lie where they lay at the probe, or in an input
+        for index, st in enumerate(statements):
+            found = probe.commands.get(index)
+            if found is None or not steady.issuperset(st.reads):
+                if index in planned or steady.issuperset(st.reads) and (
+                        _is_view(st) and len(set(st.reads)) == 1 or getattr(_callee(st), "steady_results", False)):
+                    steady.update(st.writes)   # a planned buffer, a view of a steady array by constants, ...
+                else:
+                    steady.difference_update(st.writes)
+                continue
+            command, result = found
             located = [places.locate(command.words[p]) for p in command.addresses]
             if any(at is None for at in located) or not places.stays(result):
                 continue
+            steady.update(st.writes)
             first = len(words)
             for p, at in zip(command.addresses, located):
                 if at != "fixed":
@@ -194,9 +215,7 @@ class NativeForm:
                 stub = natives[index][2]
                 keep[index] = stub is not None and not needed.isdisjoint(st.writes)
             else:
-                span = native_text(st.text)
-                view = span is not None and st.params[_count(st.text[:span[0]])] in _VIEWS
-                keep[index] = not (view and needed.isdisjoint(st.writes))
+                keep[index] = not (_is_view(st) and needed.isdisjoint(st.writes))
                 if keep[index]:
                     needed.update(st.reads)
         result, segment, stubs, n_segments = [], None, [], 0
@@ -250,6 +269,20 @@ class NativeForm:
             first = stopped + native_runner.command_size(program, stopped)
             if first >= end:
                 return
+
+
+def _callee(st):
+    """The callable statement ``st`` calls, or None."""
+    span = native_text(st.text)
+    return None if span is None else st.params[_count(st.text[:span[0]])]
+
+
+def _is_view(st) -> bool:
+    fn = _callee(st)
+    try:
+        return fn in _VIEWS or repr(fn) in _ATTRIBUTE_VIEWS
+    except TypeError:   # an unhashable callable
+        return False
 
 
 def _stub(st, result):

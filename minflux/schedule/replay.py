@@ -10,7 +10,9 @@ exp's result; the returned sum is new on every call): the form with the least ov
 operation and no allocation beyond the results, which costs about 45-75 us per operation to plan
 and compile, so a schedule replayed only a few times (a partial last batch) never pays it. Both
 forms free each slot after its last use, set numpy's error state where the recording changed it, and
-return the output slots as a list.
+return the output slots as a list. The next replay, once the native runner is loaded (on a thread of
+its own), probes for native commands, and from then on the kernels, products and arithmetic it found
+run natively between the Python calls that remain (`native`).
 
 >>> import numpy as np
 >>> from minflux.schedule.recorder import Recording
@@ -73,7 +75,9 @@ class Replay:
     ``n_steps`` is the number of operations it calls, ``replays`` the calls so far, ``source`` the
     text of the straight-line function (generated on first use), ``buffers`` the `Plan` of its
     buffers (planned with the straight-line function; empty before), which ``after_planning(plan)``
-    is told of.
+    is told of. ``native``: the `native.NativeForm` its calls run once one replay has probed for
+    commands (``MINFLUX_NATIVE_REPLAY``), else None; ``straight_line``: the Python function the
+    native form runs instead of (and falls back on).
     """
 
     def __init__(self, recording: Recording, outputs: list[int], after_planning=None):
@@ -91,7 +95,7 @@ class Replay:
         self._source_and_values = None
         self._planned: list[_Statement] | None = None
         self._probe_next = False
-        self.native = None
+        self.native = self.straight_line = None
 
     @property
     def source(self) -> str:
@@ -108,6 +112,7 @@ class Replay:
             st = statements[self._position[i]]
             text = st.text[:-1] + ("out=$)" if st.text.endswith("()") else ", out=$)")
             statements[self._position[i]] = st._replace(text=text, params=st.params + [buffer])
+        self._planned_outs = {self._position[i] for i in self.buffers.outs}
         self._recording = self._position = None
         if self._after_planning is not None:
             self._after_planning(self.buffers)
@@ -153,12 +158,13 @@ class Replay:
         probed = with_dead_slots(native.probed(self._planned, probe), self._outputs)
         result = self._function(*_straight_line(probed, self._outputs, self.n_inputs))(inputs)
         if probe.commands:
-            form = native.NativeForm(self._planned, probe, self.buffers.arena, inputs, self._outputs)
+            form = native.NativeForm(self._planned, self._planned_outs, probe, self.buffers.arena, inputs,
+                                     self._outputs)
             if form.n_commands:
                 self.native = form
                 statements = with_dead_slots(form.statements, self._outputs)
                 fast = self._function(*_straight_line(statements, self._outputs, self.n_inputs))
-                python = self._compiled
+                python = self.straight_line = self._compiled
                 self._compiled = lambda inputs: fast(inputs) if form.patch(inputs) else python(inputs)
         return result
 

@@ -3,7 +3,7 @@ its products alone, and the step's time, for each shipped model size, on one cor
 
 Each size and thread setting is a fresh process (`_own_process.run_worker`). It builds the size's
 compiled training step (`hmlstm_step.minflux_step`: forward, BPTT, global-norm clip, Adam, in the
-straight-line form a run replays from its 65th step), lets it settle, and records every 2-D product one
+native form a run replays from its 66th step), lets it settle, and records every 2-D product one
 replay computes, from the one place they all go through (`minflux.matrix_product`: the products of
 ``@`` and their gradients, the row-masked products with the COPY rows' columns left out, the factored
 weight gradients): shape, operand strides, dtype. Then it times ``--steps`` replays, and the same
@@ -33,8 +33,10 @@ from hmlstm_step import SIZES, minflux_step  # noqa: E402
 
 
 def _products_of_one_replay(step) -> list:
-    """``(a shape, a strides, b shape, b strides, dtype)`` of every 2-D product of one call of ``step``."""
+    """``(a shape, a strides, b shape, b strides, dtype)`` of every 2-D product of one call of ``step``,
+    replayed in Python for it (a native replay runs most products without a Python call)."""
     import minflux.matrix_product as products
+    from minflux.runtime import settings
 
     seen, original = [], products._matmul_2d
 
@@ -43,10 +45,12 @@ def _products_of_one_replay(step) -> list:
         return original(a, b, out)
 
     products._matmul_2d = noting
+    settings.set("native_replay", False)
     try:
         step()
     finally:
         products._matmul_2d = original
+        settings.set("native_replay", True)
     return seen
 
 

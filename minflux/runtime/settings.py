@@ -124,7 +124,8 @@ SETTINGS = (
     Setting("cuda_fast_math", "MINFLUX_CUDA_FAST_MATH", _boolean, False, _BOOLEAN, True,
             "float32 hardware intrinsics in CUDA kernels"),
     Setting("native_replay", "MINFLUX_NATIVE_REPLAY", _boolean, True, _BOOLEAN, False,
-            "replay a compiled step's kernels and products as native commands (`minflux.schedule.native`)"),
+            "replay a compiled step's kernels, products and arithmetic as native commands, from the next "
+            "call on (`minflux.schedule.native`)"),
     Setting("compile_check", "MINFLUX_COMPILE_CHECK", _boolean, False, _BOOLEAN, False,
             "check every replay of `mf.compile` against the eager function"),
     Setting("keep_freed_memory", "MINFLUX_KEEP_FREED_MEMORY", _boolean, True, _BOOLEAN, False,

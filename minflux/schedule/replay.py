@@ -129,8 +129,10 @@ class Replay:
                     if self.replays <= COMPILE_AFTER:
                         return self._interpret(inputs)
                     run = self._compiled = self._compile()
-                    self._probe_next = settings.get("native_replay")
-                elif self._probe_next and native_runner.runner_ready():
+                    self._probe_next = True
+                elif self.native is not None and not settings.get("native_replay"):
+                    run = self.straight_line
+                elif self._probe_next and settings.get("native_replay") and native_runner.runner_ready():
                     self._probe_next = False
                     return self._go_native(inputs)
                 return run(inputs)

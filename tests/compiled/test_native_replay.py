@@ -132,6 +132,27 @@ def test_the_setting_keeps_every_replay_in_python(monkeypatch):
     assert native_form(step) is None
 
 
+def test_the_setting_takes_effect_at_the_next_call(numpys_product):
+    from minflux.runtime import settings
+
+    rng = np.random.default_rng(5)
+    step = mf.compile(product_then_tanh)
+    for _ in range(10):
+        step(rng.normal(size=(6, 5)), rng.normal(size=(5, 7)))
+    form = native_form(step)
+    runs = []
+    run = form._run
+    form._run = lambda *args: (runs.append(args), run(*args))
+    try:
+        for native in (False, True):
+            settings.set("native_replay", native)
+            a, b = rng.normal(size=(6, 5)), rng.normal(size=(5, 7))
+            assert bits(step(a, b)) == bits(product_then_tanh(a, b))
+            assert len(runs) == native
+    finally:
+        settings.unset("native_replay")
+
+
 def test_the_runner_stops_at_a_product_whose_flags_are_raised():
     """The runner's own contract: word 0 names the product, and the commands after it do not run."""
     found = native_runner.numpy_gemm(np.float64)

@@ -133,8 +133,9 @@ class Replay:
                 elif self.native is not None and not settings.get("native_replay"):
                     run = self.straight_line
                 elif self._probe_next and settings.get("native_replay") and native_runner.runner_ready():
+                    result = self._go_native(inputs)   # a call that raises probes again next time
                     self._probe_next = False
-                    return self._go_native(inputs)
+                    return result
                 return run(inputs)
             finally:
                 np.seterr(**old)

@@ -192,3 +192,18 @@ def test_what_reads_an_operation_whose_result_moves_with_the_data_stays_python()
         a = rng.normal(size=(8, 5))             # now its result is a new array on most calls
         assert bits(step(a)) == bits(through_a_data_dependent_view(a)), f"call {k}"
     assert step.recordings == 1
+
+
+
+def test_a_probe_that_raises_probes_again_at_the_next_call(numpys_product):
+    rng = np.random.default_rng(6)
+    step = mf.compile(product_then_tanh)
+    with np.errstate(over="raise"):
+        for _ in range(7):   # recorded, five Python replays, the straight-line one
+            step(rng.normal(size=(6, 5)), rng.normal(size=(5, 7)))
+        with pytest.raises(FloatingPointError, match="overflow encountered in matmul"):
+            step(np.full((6, 5), 1e300), np.full((5, 7), 1e300))   # the probe replay
+        assert native_form(step) is None
+        a, b = rng.normal(size=(6, 5)), rng.normal(size=(5, 7))
+        assert bits(step(a, b)) == bits(product_then_tanh(a, b))
+    assert native_form(step) is not None and step.recordings == 1

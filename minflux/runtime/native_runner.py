@@ -89,19 +89,31 @@ def fp_flags(errstate: dict) -> int | None:
 
 
 def function_address(function) -> int:
-    """The address of a ctypes function (a loaded kernel's ``call``)."""
+    """The address of a ctypes function (a loaded kernel's ``call``).
+
+    >>> function_address(ctypes.CFUNCTYPE(None)(lambda: None)) > 0
+    True
+    """
     return ctypes.cast(function, ctypes.c_void_p).value
 
 
 def kernel_words(function: int, integers: list, addresses: list) -> Command:
-    """A kernel called with ``integers`` then ``addresses``."""
+    """A kernel called with ``integers`` then ``addresses``.
+
+    >>> kernel_words(1234, [0, 1], [5678]).words, kernel_words(1234, [0, 1], [5678]).addresses
+    ([0, 1234, 3, 0, 1, 5678], (5,))
+    """
     n = len(integers) + len(addresses)
     return Command([KERNEL, function, n, *integers, *addresses], tuple(range(3 + len(integers), 3 + n)))
 
 
 def gemm_words(variant: int, function: int, trans_a: int, trans_b: int, m: int, n: int, k: int,
                a: int, lda: int, b: int, ldb: int, c: int, ldc: int, flags: int, redo: tuple) -> Command:
-    """``c = a @ b`` by CBLAS ``function`` (`GEMM_VARIANTS[variant]`), the arguments as CBLAS names them."""
+    """``c = a @ b`` by CBLAS ``function`` (`GEMM_VARIANTS[variant]`), the arguments as CBLAS names them.
+
+    >>> gemm_words(0, 1234, 111, 111, 2, 3, 4, 10, 4, 20, 3, 30, 3, 0, None).addresses
+    (7, 9, 11)
+    """
     return Command([GEMM + variant, function, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, flags],
                    (7, 9, 11), redo)
 
@@ -109,19 +121,36 @@ def gemm_words(variant: int, function: int, trans_a: int, trans_b: int, m: int, 
 def map_words(op: int, dtype, rows: int, cols: int, a: tuple, b: tuple, out: tuple, flags: int, redo: tuple,
               held: tuple = ()) -> Command:
     """``out = a <op> b`` over ``rows`` rows of ``cols`` elements: ``a``, ``b`` and ``out`` are (address,
-    bytes between rows, elements between columns: 1, or 0 for an operand read once per row)."""
+    bytes between rows, elements between columns: 1, or 0 for an operand read once per row).
+
+    >>> x, y, out = np.ones((2, 3)), np.full(3, 2.0), np.empty((2, 3))
+    >>> command = map_words(0, np.float64, 2, 3, (x.ctypes.data, 24, 1), (y.ctypes.data, 0, 1),
+    ...                     (out.ctypes.data, 24, 1), 0, None)
+    >>> run(np.array([-1, *command.words], np.int64), 1, 1 + len(command.words)); out.tolist()
+    [[3.0, 3.0, 3.0], [3.0, 3.0, 3.0]]
+    """
     pattern = (a[2] == 0) + 2 * (b[2] == 0)
     return Command([map_tag(op, dtype, pattern), 0, rows, cols, a[0], a[1], b[0], b[1], out[0], out[1], flags],
                    (4, 6, 8), redo, held)
 
 
 def copy_words(rows: int, size: int, src: tuple, dst: tuple) -> Command:
-    """``rows`` rows of ``size`` bytes copied: ``src`` and ``dst`` are (address, bytes between rows)."""
+    """``rows`` rows of ``size`` bytes copied: ``src`` and ``dst`` are (address, bytes between rows).
+
+    >>> src, dst = np.arange(4.0).reshape(2, 2), np.zeros((2, 3))
+    >>> command = copy_words(2, 16, (src.ctypes.data, 16), (dst.ctypes.data + 8, 24))
+    >>> run(np.array([-1, *command.words], np.int64), 1, 1 + len(command.words)); dst.tolist()
+    [[0.0, 0.0, 1.0], [0.0, 2.0, 3.0]]
+    """
     return Command([COPY, 0, rows, size, src[0], src[1], dst[0], dst[1]], (4, 6))
 
 
 def command_size(program: np.ndarray, at: int) -> int:
-    """The number of words of the command at word ``at`` of ``program``."""
+    """The number of words of the command at word ``at`` of ``program``.
+
+    >>> command_size(np.array([-1, *copy_words(1, 8, (0, 0), (0, 0)).words]), 1)
+    8
+    """
     tag = int(program[at])
     if tag == KERNEL:
         return 3 + int(program[at + 2])
@@ -147,7 +176,12 @@ def _blas_libraries() -> list:
 def numpy_gemm(dtype) -> tuple | None:
     """(address, integer width) of the CBLAS ``?gemm`` numpy's ``matmul`` calls for ``dtype``, or None
     where it cannot be found (numpy built against another BLAS, or on another platform). A product
-    handed to it is checked once against ``np.matmul``'s bits before a schedule uses it."""
+    handed to it is checked once against ``np.matmul``'s bits before a schedule uses it.
+
+    >>> found = numpy_gemm(np.float32)
+    >>> found is None or found[1] in (32, 64)
+    True
+    """
     global _numpy_gemm
     if _numpy_gemm is None:
         _numpy_gemm = {}
@@ -170,7 +204,11 @@ _loading: threading.Thread | None = None
 
 def load_runner():
     """The runner as a ctypes function ``(first word, end word, 0, 0, 0, address of the words)``:
-    compiled on first use (a second or two, once per machine) and cached on disk."""
+    compiled on first use (a second or two, once per machine) and cached on disk.
+
+    >>> function_address(load_runner()) > 0
+    True
+    """
     global _runner
     if _runner is None:
         from .kernel_loader import load_ir_kernel
@@ -182,7 +220,11 @@ def load_runner():
 def runner_ready() -> bool:
     """Whether the runner is loaded; the first call that finds it not loaded starts loading it on a
     thread of its own, so that no caller waits for its compiler. A runner that cannot be compiled
-    here is reported once, as a warning, and never ready."""
+    here is reported once, as a warning, and never ready.
+
+    >>> load_runner() is not None and runner_ready()
+    True
+    """
     global _loading
     if _runner is not None:
         return True

@@ -28,7 +28,11 @@ _ROW_MAJOR = 101
 
 
 def map_tag(op: int, dtype, pattern: int) -> int:
-    """The tag of ``MAP_OPERATIONS[op]`` on ``dtype`` with broadcast ``pattern`` (`map_words`)."""
+    """The tag of ``MAP_OPERATIONS[op]`` on ``dtype`` with broadcast ``pattern`` (`map_words`).
+
+    >>> map_tag(0, np.float32, 0), map_tag(0, np.float64, 3)
+    (6, 13)
+    """
     return MAP + (op * len(MAP_DTYPES) + MAP_DTYPES.index(np.dtype(dtype))) * 4 + pattern
 
 

@@ -80,7 +80,11 @@ def _count(text: str) -> int:
 
 
 def command_of(fn):
-    """The function giving a call of ``fn``'s native command, or None."""
+    """The function giving a call of ``fn``'s native command, or None.
+
+    >>> command_of(np.add) is COMMANDS[np.add], command_of(print)
+    (True, None)
+    """
     found = getattr(fn, "native_command", None)
     if found is None:
         try:
@@ -92,7 +96,12 @@ def command_of(fn):
 
 class Probe:
     """Stands in for the callables of the statements that may become commands during one replay:
-    runs each and keeps ``commands[statement] = (its Command, its result)``."""
+    runs each and keeps ``commands[statement] = (its Command, its result)``.
+
+    >>> probe, out = Probe(), np.empty(3)
+    >>> probe(7, np.add, np.ones(3), np.ones(3), out=out).tolist(), list(probe.commands)
+    ([2.0, 2.0, 2.0], [7])
+    """
 
     def __init__(self):
         self.commands: dict = {}
@@ -136,7 +145,12 @@ def _copy_in_layout(x: np.ndarray) -> np.ndarray | None:
 
 
 def probed(statements: list, probe: Probe) -> list:
-    """``statements`` with each call that may become commands made through ``probe``."""
+    """``statements`` with each call that may become commands made through ``probe``.
+
+    >>> from minflux.schedule.replay import _Statement
+    >>> probed([_Statement("@ = $(@, @)", [2, np.add, 0, 1], [])], Probe())[0].text
+    '@ = $($, $, @, @)'
+    """
     result = []
     for index, st in enumerate(statements):
         span = native_text(st.text)
@@ -154,8 +168,20 @@ class NativeForm:
     """The commands of a probed replay and the statements that run them (see the module docstring).
 
     ``statements``: the straight-line statements with segments in place of commands; ``n_commands``
-    (``n_kernels`` and ``n_products``) and ``n_python``: operations run as commands and as Python
-    calls; ``n_segments``.
+    (``n_kernels`` and ``n_products``) and ``n_python``: statements run as commands and as Python
+    calls (setting numpy's error state among them); ``n_segments``.
+
+    >>> from minflux.runtime.native_runner import load_runner
+    >>> from minflux.schedule import replay as replays
+    >>> from minflux.schedule.recorder import Recording
+    >>> rec = Recording("f")
+    >>> x = rec.input(np.ones(4))
+    >>> y = np.multiply(np.add(x, 1.0), 2.0)     # the sum goes to a buffer, the result is new
+    >>> replay, _ = replays.Replay(rec, [y.slot]), load_runner()
+    >>> [replay([np.full(4, 3.0)])[0].tolist() for _ in range(replays.COMPILE_AFTER + 3)][-1]
+    [8.0, 8.0, 8.0, 8.0]
+    >>> replay.native.n_commands, replay.native.n_python     # the sum; the product and np.seterr
+    (1, 2)
     """
 
     def __init__(self, statements: list, planned: set, probe: Probe, arena: np.ndarray, inputs: list,

@@ -40,6 +40,7 @@ import bisect
 import ctypes
 import operator
 import re
+import warnings
 
 import numpy as np
 
@@ -109,13 +110,27 @@ class Probe:
     def __call__(self, index: int, fn, /, *args, **kwargs):
         make = command_of(fn)
         errstate = np.geterr()
-        command = make(args, kwargs, errstate)
-        scratch = None if command is None or command.redo is None else _trial(make, command, errstate)
+        try:
+            command = make(args, kwargs, errstate)
+            scratch = None if command is None or command.redo is None else _trial(make, command, errstate)
+        except Exception as error:   # noqa: BLE001 (the call itself runs below, in Python, as always)
+            _warn_once(f"minflux could not make a native command of {getattr(fn, '__name__', fn)!r} ({error!r}); "
+                       "it stays a Python call; please report it")
+            command = None
         result = fn(*args, **kwargs)
         if command is not None and (command.redo is None or
                                     scratch is not None and scratch.tobytes() == command.redo[1][-1].tobytes()):
             self.commands[index] = (command, result)
         return result
+
+
+_warned: set = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def _trial(make, command, errstate: dict):

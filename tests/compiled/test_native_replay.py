@@ -207,3 +207,19 @@ def test_a_probe_that_raises_probes_again_at_the_next_call(numpys_product):
         a, b = rng.normal(size=(6, 5)), rng.normal(size=(5, 7))
         assert bits(step(a, b)) == bits(product_then_tanh(a, b))
     assert native_form(step) is not None and step.recordings == 1
+
+
+def test_a_command_that_cannot_be_made_leaves_its_call_in_python_with_one_warning(numpys_product, monkeypatch):
+    import minflux.matrix_product as products
+
+    def broken(args, kwargs, errstate):
+        raise ValueError("a command builder's bug")
+
+    monkeypatch.setattr(products.matmul.__wrapped_operation__, "native_command", broken)
+    rng = np.random.default_rng(7)
+    step = mf.compile(product_then_tanh)
+    with pytest.warns(RuntimeWarning, match="stays a Python call"):
+        for _ in range(10):
+            a, b = rng.normal(size=(6, 5)), rng.normal(size=(5, 7))
+            assert bits(step(a, b)) == bits(product_then_tanh(a, b))
+    assert native_form(step) is None or native_form(step).n_products == 0

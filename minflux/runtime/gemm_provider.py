@@ -29,6 +29,7 @@ import ctypes
 import numpy as np
 
 from . import settings
+from .native_runner import function_address
 from .pointers import pointers
 
 __all__ = ["gemm", "operand", "provider"]
@@ -109,7 +110,7 @@ def _mkl_gemm(library: ctypes.CDLL):
         routine(_ROW_MAJOR, la[0], lb[0], m, n, k, 1.0, pa, la[1], pb, lb[1], 0.0, pc, lc[1])
         return True
 
-    gemm.addresses = {dtype: ctypes.cast(routine, ctypes.c_void_p).value for dtype, (routine, _) in routines.items()}
+    gemm.addresses = {dtype: function_address(routine) for dtype, (routine, _) in routines.items()}
     return gemm
 
 

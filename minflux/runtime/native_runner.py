@@ -44,7 +44,7 @@ import os
 import platform
 import threading
 import warnings
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -52,8 +52,9 @@ from .native_runner_ir import (COPY, COPY_WORDS, GEMM, GEMM_VARIANTS, GEMM_WORDS
                                MAP_OPERATIONS, MAP_WORDS, MAX_KERNEL_ARGUMENTS, map_tag, runner_ir)
 
 __all__ = ["COPY", "Command", "GEMM", "GEMM_VARIANTS", "KERNEL", "MAP", "MAP_DTYPES", "MAP_OPERATIONS",
-           "MAX_KERNEL_ARGUMENTS", "command_size", "copy_words", "fp_flags", "function_address", "gemm_words", "kernel_words",
-           "load_runner", "map_tag", "map_words", "numpy_gemm", "run", "runner_ready"]
+           "MAX_KERNEL_ARGUMENTS", "command_size", "copy_words", "fp_flags", "function_address", "gemm_words",
+           "kernel_words", "load_runner", "map_tag", "map_words", "numpy_gemm", "run", "runner_ready"]
+
 
 class Command(NamedTuple):
     """One command: its ``words``, the positions of the addresses among them, and ``redo``: None, or

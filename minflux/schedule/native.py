@@ -369,5 +369,5 @@ class _Places:
 
 
 def _array_at(address: int, shape: tuple, strides: tuple, dtype) -> np.ndarray:
-    extent = sum((n - 1) * abs(s) for n, s in zip(shape, strides)) + dtype.itemsize
+    extent = sum((n - 1) * s for n, s in zip(shape, strides)) + dtype.itemsize   # strides are not negative
     return np.ndarray(shape, dtype, (ctypes.c_char * extent).from_address(address), 0, strides)

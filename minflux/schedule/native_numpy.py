@@ -100,10 +100,11 @@ def _concatenate_command(args: tuple, kwargs: dict, errstate: dict) -> Command |
     axis = axis % out.ndim
     rows, row = math.prod(out.shape[:axis]), math.prod(out.shape[axis:]) * out.itemsize
     words, addresses, offset = [], [], 0
-    for x, address in zip(arrays, pointers(list(arrays))):
+    *sources, destination = pointers([*arrays, out])
+    for x, address in zip(arrays, sources):
         size = math.prod(x.shape[axis:]) * x.itemsize
         if size and rows:
-            copy = copy_words(rows, size, (address, size), (pointers([out])[0] + offset, row))
+            copy = copy_words(rows, size, (address, size), (destination + offset, row))
             addresses += [len(words) + p for p in copy.addresses]
             words += copy.words
         offset += size

@@ -144,6 +144,8 @@ def native_command(a, b, out, errstate: dict):
     la, lb = gemm_provider.operand(a, size), gemm_provider.operand(b, size)
     if la is None or lb is None:
         return None
+    if np.may_share_memory(out, a) or np.may_share_memory(out, b):   # numpy copies first; BLAS would not
+        return None
     pa, pb, pc = pointers((a, b, out))
     library = _library(a, b, dtype)
     if library is not None:

@@ -5,7 +5,8 @@
 None where the call is not one the runner does as numpy does. Arithmetic qualifies on float32 or
 float64 arrays of the result's dtype (or Python numbers, converted to it as numpy converts them)
 whose elements are read whole or once per row, written into an ``out`` that overlaps no operand
-except as that very operand; IEEE arithmetic rounds each element the same way in any loop, so the
+(except as that very operand where no floating-point check applies: a checked command whose check
+fails is done again by numpy from its operands); IEEE arithmetic rounds each element the same way in any loop, so the
 bits are numpy's (a NaN's payload aside, where both operands are NaN), and numpy's floating-point
 checks are kept (`native_runner`). A concatenation qualifies when every array and ``out`` are
 C-contiguous of one dtype: it is a copy of rows.
@@ -75,9 +76,9 @@ def _map_command(op: int):
         flags = native_runner.fp_flags(errstate)
         if None in laid or written is None or written[1] != 1 and shape and shape[-1] > 1 or flags is None:
             return None
-        for x in operands:
-            if np.may_share_memory(x, out) and not (x.shape == shape and x.strides == out.strides
-                                                    and pointers([x]) == pointers([out])):
+        for x in operands:   # in place, a flagged command could not be done again from its operands
+            if np.may_share_memory(x, out) and (flags or not (x.shape == shape and x.strides == out.strides
+                                                              and pointers([x]) == pointers([out]))):
                 return None
         rows, cols = (math.prod(shape[:-1]), shape[-1]) if shape else (1, 1)
         (pa, pb, po) = pointers([*operands, out])

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import minflux as mf
+from minflux import matrix_product
 from minflux.runtime import gemm_provider, native_runner
 from tests.compiled.test_models_compiled import arrays_of, bits, build, train_step
 
@@ -104,6 +105,37 @@ def test_a_native_product_that_overflows_raises_or_warns_as_numpy_does(when, num
             warnings.simplefilter("error")
             assert bits(step(a, a.T.copy())) == bits(product_then_tanh(a, a.T.copy()))
     assert step.recordings == 1   # every call above replayed the one recording
+
+
+def add_in_place(a, b):
+    c = np.multiply(a, 1.0)
+    np.add(c, b, out=c)
+    return np.multiply(c, 1.0)
+
+
+def product_in_place(a, b):
+    c = np.multiply(a, 1.0)
+    matrix_product.matmul(c, b, out=c)
+    return np.multiply(c, 1.0)
+
+
+@pytest.mark.parametrize("fn", [add_in_place, product_in_place])
+def test_an_operation_in_place_gives_eagers_values_when_its_data_overflow_after_the_probe(fn, numpys_product):
+    """Overflow in one element only: numpy warns and keeps the other elements' sums; doing the
+    operation again from its overwritten operand would add twice."""
+    step = mf.compile(fn)
+    b = np.eye(2)
+    for k in range(CALLS):
+        a = np.array([[1.0, 2.0], [3.0, 1e308 if k > 20 else 4.0]])
+        with warnings.catch_warnings(record=True) as eager_warnings:
+            warnings.simplefilter("always")
+            want = fn(a, 1e308 * b if k > 20 else b)
+        with warnings.catch_warnings(record=True) as replay_warnings:
+            warnings.simplefilter("always")
+            got = step(a, 1e308 * b if k > 20 else b)
+        assert bits(got) == bits(want), f"call {k}"
+        assert [str(w.message) for w in replay_warnings] == [str(w.message) for w in eager_warnings]
+    assert step.recordings == 1 and native_form(step) is not None
 
 
 def test_an_input_laid_out_otherwise_runs_the_python_form(numpys_product):

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..backend import is_numpy_array
 from ..compiler import get_elementwise_backend
+from ..runtime.native_runner import Command, function_address, kernel_words
 from ..runtime.pointers import pointers
 
 _FLAGS = "reassoc contract nsz arcp"   # each row's sums may be reassociated, so that they vectorise
@@ -79,13 +80,20 @@ def _forward(t: str, f: str) -> list:
 
 
 def _backward(t: str, f: str) -> list:
-    """g, normalised, reciprocal, scale (``t``) -> g_x (``t``); g_scale, g_shift (double) += ."""
+    """g, normalised, reciprocal, scale (``t``) -> g_x, g_scale, g_shift (``t``), the parameters'
+    sums kept in double in ``sums`` (2 x columns) over rows ``r0`` to ``r1`` (at least one)."""
     wide, narrow = _casts(t)
     return [
         "define void @minflux_layer_norm(i64 %r0, i64 %r1, i64 %columns, i64 %total, i64 %rows, ptr %pg, "
-        "ptr %pnormalised, ptr %preciprocal, ptr %pscale, ptr %pg_x, ptr %pg_scale, ptr %pg_shift) {",
-        "entry:", "  %count = sitofp i64 %columns to double", "  br label %row",
-        "row:", "  %r = phi i64 [%r0, %entry], [%r.next, %gx.end]", "  %base = mul i64 %r, %columns",
+        "ptr %pnormalised, ptr %preciprocal, ptr %pscale, ptr %pg_x, ptr %psums, ptr %pg_scale.t, "
+        "ptr %pg_shift.t) {",
+        "entry:", "  %count = sitofp i64 %columns to double", "  %pg_scale = getelementptr double, ptr %psums, i64 0",
+        "  %pg_shift = getelementptr double, ptr %psums, i64 %columns", "  %twice = mul i64 %columns, 2",
+        "  br label %zero",
+        "zero:", "  %z = phi i64 [0, %entry], [%z.next, %zero]", "  %z.at = getelementptr double, ptr %psums, i64 %z",
+        "  store double 0.0, ptr %z.at", "  %z.next = add i64 %z, 1", "  %z.more = icmp slt i64 %z.next, %twice",
+        "  br i1 %z.more, label %zero, label %row",
+        "row:", "  %r = phi i64 [%r0, %zero], [%r.next, %gx.end]", "  %base = mul i64 %r, %columns",
         f"  %g = getelementptr {t}, ptr %pg, i64 %base", f"  %normalised = getelementptr {t}, ptr %pnormalised, i64 %base",
         f"  %g_x = getelementptr {t}, ptr %pg_x, i64 %base", "  br label %sum",
         "sum:", "  %c1 = phi i64 [0, %row], [%c1.next, %sum]", "  %sum_g = phi double [0.0, %row], [%sum_g.next, %sum]",
@@ -121,7 +129,15 @@ def _backward(t: str, f: str) -> list:
         "  %c3.next = add i64 %c3, 1", "  %more3 = icmp slt i64 %c3.next, %columns",
         "  br i1 %more3, label %gx, label %gx.end",
         "gx.end:", "  %r.next = add i64 %r, 1", "  %rows.more = icmp slt i64 %r.next, %r1",
-        "  br i1 %rows.more, label %row, label %done", "done:", "  ret void", "}"]
+        "  br i1 %rows.more, label %row, label %cast",
+        "cast:", "  %k = phi i64 [0, %gx.end], [%k.next, %cast]",
+        "  %ks.at = getelementptr double, ptr %pg_scale, i64 %k", "  %ks = load double, ptr %ks.at",
+        "  %kh.at = getelementptr double, ptr %pg_shift, i64 %k", "  %kh = load double, ptr %kh.at",
+        narrow("%ks", "%ks.t"), narrow("%kh", "%kh.t"),
+        f"  %ks.t.at = getelementptr {t}, ptr %pg_scale.t, i64 %k", f"  store {t} %ks.t, ptr %ks.t.at",
+        f"  %kh.t.at = getelementptr {t}, ptr %pg_shift.t, i64 %k", f"  store {t} %kh.t, ptr %kh.t.at",
+        "  %k.next = add i64 %k, 1", "  %k.more = icmp slt i64 %k.next, %columns",
+        "  br i1 %k.more, label %cast, label %done", "done:", "  ret void", "}"]
 
 
 def kernel_ir(name: str, float_type: str) -> str:
@@ -144,27 +160,46 @@ def _kernels(dtype: np.dtype):
     from ..runtime.kernel_loader import load_ir_kernel
 
     with _lock:   # keyed by the dtype itself: its .name costs 1.7 us, more than a small kernel's call
-        return tuple(load_ir_kernel(kernel_ir(name, dtype.name), "minflux_layer_norm", 7)
-                     for name in ("forward", "backward"))
+        return tuple(load_ir_kernel(kernel_ir(name, dtype.name), "minflux_layer_norm", n)
+                     for name, n in (("forward", 7), ("backward", 8)))
 
 
-def forward(x, scale, shift, eps: float, out, normalised, reciprocal) -> None:
+def forward(x, scale, shift, eps_box, out, normalised, reciprocal) -> None:
     """Normalise the rows of contiguous ``x`` (rows, columns) into ``out``, keeping ``normalised``
-    and the reciprocal deviations (``reciprocal``, one per row) for the backward pass."""
-    rows, columns = x.shape
-    eps_box = np.array([eps], np.float64)
-    if rows:
-        _kernels(x.dtype)[0].call(0, rows, columns, x.size, rows, *pointers(
-            (x, scale, shift, eps_box, out, normalised, reciprocal)))
+    and the reciprocal deviations (``reciprocal``, one per row) for the backward pass; ``eps_box``
+    is a float64 array holding epsilon."""
+    if x.shape[0]:
+        kernel, integers, addresses = _arguments(0, (x, scale, shift, eps_box, out, normalised, reciprocal))
+        kernel.call(*integers, *addresses)
 
 
-def backward(g, normalised, reciprocal, scale, g_x, g_scale, g_shift) -> None:
-    """The input gradient into ``g_x``; the parameters' gradients are added into the float64
-    ``g_scale`` and ``g_shift``."""
-    rows, columns = g.shape
-    if rows:
-        _kernels(g.dtype)[1].call(0, rows, columns, g.size, rows, *pointers(
-            (g, normalised, reciprocal, scale, g_x, g_scale, g_shift)))
+def backward(g, normalised, reciprocal, scale, g_x, sums, g_scale, g_shift) -> None:
+    """The input gradient into ``g_x`` and the parameters' into ``g_scale`` and ``g_shift`` (all of
+    ``g``'s dtype), summed in float64 in ``sums`` (2 x columns)."""
+    if g.shape[0]:
+        kernel, integers, addresses = _arguments(1, (g, normalised, reciprocal, scale, g_x, sums, g_scale, g_shift))
+        kernel.call(*integers, *addresses)
+    else:
+        g_scale[...], g_shift[...] = 0, 0
+
+
+def command(which: str, arrays: tuple, held: tuple) -> Command:
+    """The native command (`minflux.runtime.native_runner`) of `forward` (``which="forward"``) or
+    `backward` on ``arrays`` (contiguous, at least one row), keeping ``held`` alive with it.
+
+    >>> x, p, box = np.ones((2, 3)), np.ones(3), np.array([1e-5])
+    >>> outs = np.empty((2, 3)), np.empty((2, 3)), np.empty(2)
+    >>> words = command("forward", (x, p, p, box, *outs), (box,)).words
+    >>> words[2:8], len(words)            # 12 arguments: the row range, columns, size, rows; 7 arrays
+    ([12, 0, 2, 3, 6, 2], 15)
+    """
+    kernel, integers, addresses = _arguments(("forward", "backward").index(which), arrays)
+    return kernel_words(function_address(kernel.call), integers, addresses)._replace(held=held)
+
+
+def _arguments(which: int, arrays: tuple) -> tuple:
+    rows, columns = arrays[0].shape
+    return _kernels(arrays[0].dtype)[which], [0, rows, columns, rows * columns, rows], pointers(arrays)
 
 
 def usable(*arrays) -> bool:

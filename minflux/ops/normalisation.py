@@ -77,25 +77,99 @@ def _compiled_rows(v, sv, bv) -> bool:
     return layer_norm_rows.usable(v, *params) and all(p.shape == v.shape[-1:] for p in params)
 
 
-@operation(results="new")
-def _forward_rows(v, sv, bv, eps):
+def _forward_rows(v, sv, bv, eps, out=None):
+    """The row kernels' forward pass: (result, normalised rows, reciprocal deviations), each written
+    into its ``out=`` array where one is given."""
+    operands = _forward_operands(v, sv, bv, eps)
+    x = operands[0]
+    results = _outs(out, [(v.shape, x.shape), (x.shape, x.shape), (x.shape[:1], x.shape[:1])], x.dtype)
+    layer_norm_rows.forward(*operands, *(inside for _, inside, _ in results))
+    return _delivered(results)
+
+
+def _forward_command(args: tuple, kwargs: dict, errstate: dict):
+    outs = kwargs.get("out")
+    if not _in_place(args[:3], outs) or not args[0].size:
+        return None
+    operands = _forward_operands(*args)
+    x = operands[0]
+    outs = [outs[0].reshape(x.shape), *outs[1:]]
+    return layer_norm_rows.command("forward", (*operands, *outs), operands[1:])
+
+
+def _forward_operands(v, sv, bv, eps) -> tuple:
+    """x as (rows, columns), scale, shift (ones, zeros where not given), epsilon in a float64 array."""
     columns = v.shape[-1]
-    x = np.ascontiguousarray(v).reshape(-1, columns)
     scale = np.ones(columns, v.dtype) if sv is None else np.ascontiguousarray(sv)
     shift = np.zeros(columns, v.dtype) if bv is None else np.ascontiguousarray(bv)
-    out, normalised = np.empty_like(x), np.empty_like(x)
-    reciprocal = np.empty(x.shape[0], v.dtype)
-    layer_norm_rows.forward(x, scale, shift, float(eps), out, normalised, reciprocal)
-    return out.reshape(v.shape), normalised, reciprocal
+    return np.ascontiguousarray(v).reshape(-1, columns), scale, shift, np.array([eps], np.float64)
 
 
-@operation(results="new")
-def _backward_rows(g, normalised, reciprocal, sv):
-    shape, columns = g.shape, normalised.shape[1]
-    g = np.ascontiguousarray(g).reshape(-1, columns)
+def _backward_rows(g, normalised, reciprocal, sv, out=None):
+    """The row kernels' backward pass: the gradients of x, of the scale (None without one) and of the
+    shift, each written into its ``out=`` array where one is given."""
+    operands = _backward_operands(g, normalised, reciprocal, sv)
+    rows = operands[0]
+    columns = rows.shape[1:]
+    results = _outs(out, [(g.shape, rows.shape), (columns, columns), (columns, columns)], rows.dtype)
+    g_x, g_scale, g_shift = (inside for _, inside, _ in results)
+    layer_norm_rows.backward(*operands, g_x, np.empty(2 * columns[0]), g_scale, g_shift)
+    delivered = _delivered(results)
+    return delivered[0], None if sv is None else delivered[1], delivered[2]
+
+
+def _backward_command(args: tuple, kwargs: dict, errstate: dict):
+    g, normalised, reciprocal, sv = args
+    outs = kwargs.get("out")
+    if outs is None or not _in_place((g, normalised, reciprocal, sv),
+                                     [outs[0], outs[2], *([outs[1]] if sv is not None else [])]):
+        return None
+    operands = _backward_operands(*args)
+    rows, columns = operands[0].shape
+    if not rows:
+        return None
+    sums, g_scale = np.empty(2 * columns), outs[1] if sv is not None else np.empty(columns, g.dtype)
+    held = (sums, g_scale, operands[3])
+    return layer_norm_rows.command("backward", (*operands, outs[0].reshape(rows, columns), sums, g_scale,
+                                                outs[2]), held)
+
+
+def _backward_operands(g, normalised, reciprocal, sv) -> tuple:
+    """g as (rows, columns), the forward pass's normalised rows and reciprocals, the scale (ones where
+    not given)."""
+    columns = normalised.shape[1]
     scale = np.ones(columns, g.dtype) if sv is None else np.ascontiguousarray(sv)
-    g_x = np.empty_like(g)
-    g_scale, g_shift = np.zeros(columns), np.zeros(columns)
-    layer_norm_rows.backward(g, normalised, reciprocal, scale, g_x, g_scale, g_shift)
-    g_scale = None if sv is None else g_scale.astype(sv.dtype)
-    return g_x.reshape(shape), g_scale, g_shift.astype(g.dtype)
+    return np.ascontiguousarray(g).reshape(-1, columns), normalised, reciprocal, scale
+
+
+def _outs(out, layouts: list, dtype) -> list:
+    """Per result (its shape, the shape the kernel writes): (the array to deliver, the C-contiguous
+    array the kernel writes, whether that is the first in place: the given ``out=`` array where it is
+    so laid out)."""
+    given = out if out is not None else [None] * len(layouts)
+    made = []
+    for o, (shape, inside) in zip(given, layouts):
+        target = o if o is not None else np.empty(shape, dtype)
+        in_place = target.flags.c_contiguous and target.dtype == dtype
+        made.append((target, target.reshape(inside) if in_place else np.empty(inside, dtype), in_place))
+    return made
+
+
+def _delivered(results: list) -> tuple:
+    """The arrays to return, copying a result the kernel could not write in place."""
+    for target, writes, in_place in results:
+        if not in_place:
+            np.copyto(target, writes.reshape(target.shape))
+    return tuple(target for target, _, _ in results)
+
+
+def _in_place(arrays, outs) -> bool:
+    """Whether the arrays (None aside) and every ``out=`` array are C-contiguous arrays of the first's
+    dtype, so that a command reads and writes them in place."""
+    dtype = arrays[0].dtype
+    return (outs is not None and all(o is not None and o.flags.c_contiguous and o.dtype == dtype for o in outs)
+            and all(a is None or a.flags.c_contiguous and a.dtype == dtype for a in arrays))
+
+
+_forward_rows.native_command, _backward_rows.native_command = _forward_command, _backward_command
+_forward_rows, _backward_rows = operation(_forward_rows, results="out"), operation(_backward_rows, results="out")

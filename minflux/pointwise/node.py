@@ -120,7 +120,8 @@ def _gradient_sums_command(args: tuple, kwargs: dict, errstate: dict):
 
 
 _gradient_sums.__wrapped_operation__.native_command = _gradient_sums_command   # what a recording calls
-# where their results lie depends on their arguments' layouts and constants, never on the data
+# whether they return views of their arguments or new arrays depends on the arguments' layouts and
+# the constants, never on the data (`minflux.schedule.native`)
 _gradient_sums.__wrapped_operation__.steady_results = True
 _annihilating_product.__wrapped_operation__.steady_results = True
 

@@ -18,8 +18,8 @@ every call: an input, a planned buffer (an operation given ``out=`` returns it),
 command, or a view of one of those by constant indices. An operation whose results' place may depend on the
 data (one that hands back its argument unless the data say otherwise) makes the arrays it returns
 untrusted, and what reads them stays Python; an operation that says otherwise (``steady_results``
-on the recorded function: its results lie where its arguments' layouts and its constants put them)
-is trusted as a view is.
+on the recorded function: whether it returns views of its arguments or new arrays is decided by
+their layouts and its constants) is trusted as a view is where the probe found views.
 
 A statement that became commands keeps, where later Python statements read its result, an
 assignment of that result (the same arena arrays every call); views (an index, a reshape) that only
@@ -97,7 +97,8 @@ def command_of(fn):
 
 class Probe:
     """Stands in for the callables of the statements that may become commands during one replay:
-    runs each and keeps ``commands[statement] = (its Command, its result)``.
+    runs each and keeps ``commands[statement] = (its Command, its result)``; and, for an operation
+    with ``steady_results``, ``views[statement]``: whether its results were views of its arguments.
 
     >>> probe, out = Probe(), np.empty(3)
     >>> probe(7, np.add, np.ones(3), np.ones(3), out=out).tolist(), list(probe.commands)
@@ -106,12 +107,13 @@ class Probe:
 
     def __init__(self):
         self.commands: dict = {}
+        self.views: dict = {}
 
     def __call__(self, index: int, fn, /, *args, **kwargs):
-        make = command_of(fn)
+        make, command = command_of(fn), None
         errstate = np.geterr()
         try:
-            command = make(args, kwargs, errstate)
+            command = None if make is None else make(args, kwargs, errstate)
             scratch = None if command is None or command.redo is None else _trial(make, command, errstate)
         except Exception as error:   # noqa: BLE001 (the call itself runs below, in Python, as always)
             _warn_once(f"minflux could not make a native command of {getattr(fn, '__name__', fn)!r} ({error!r}); "
@@ -121,7 +123,23 @@ class Probe:
         if command is not None and (command.redo is None or
                                     scratch is not None and scratch.tobytes() == command.redo[1][-1].tobytes()):
             self.commands[index] = (command, result)
+        if getattr(fn, "steady_results", False):
+            self.views[index] = _views_of(result, args)
         return result
+
+
+def _arrays(x) -> list:
+    if x.__class__ is np.ndarray:
+        return [x]
+    if x.__class__ is list or x.__class__ is tuple:
+        return [a for item in x for a in _arrays(item)]
+    return []
+
+
+def _views_of(result, args: tuple) -> bool:
+    """Whether every array in ``result`` lies in the memory of an array in ``args`` (a new one cannot)."""
+    given = _arrays(args)
+    return all(any(np.may_share_memory(r, a) for a in given) for r in _arrays(result))
 
 
 _warned: set = set()
@@ -172,7 +190,8 @@ def probed(statements: list, probe: Probe) -> list:
         if span is not None:
             start, _ = span
             n_before = _count(st.text[:start])
-            if command_of(st.params[n_before]) is not None:
+            fn = st.params[n_before]
+            if command_of(fn) is not None or getattr(fn, "steady_results", False):
                 st = st._replace(text=st.text[:start] + "$($, $, " + st.text[start + 2:],
                                  params=[*st.params[:n_before], probe, index, *st.params[n_before:]])
         result.append(st)
@@ -213,7 +232,7 @@ class NativeForm:
             found = probe.commands.get(index)
             if found is None or not steady.issuperset(st.reads):
                 if index in planned or steady.issuperset(st.reads) and (
-                        _is_view(st) and len(set(st.reads)) == 1 or getattr(_callee(st), "steady_results", False)):
+                        _is_view(st) and len(set(st.reads)) == 1 or probe.views.get(index, False)):
                     steady.update(st.writes)   # a planned buffer, a view of a steady array by constants, ...
                 else:
                     steady.difference_update(st.writes)

@@ -107,6 +107,31 @@ def test_a_native_product_that_overflows_raises_or_warns_as_numpy_does(when, num
     assert step.recordings == 1   # every call above replayed the one recording
 
 
+def layer_norm_gradients(x, scale, shift, w):
+    """Layer norms with and without parameters: the gradients of all three arguments, passed on to
+    another operation (a step's own results are new arrays on every call)."""
+    grads = mf.gradient(lambda x, s, b: mf.sum(mf.matmul(mf.layer_norm(mf.layer_norm(x, s, b) * 2.0), w)),
+                        x, scale, shift)
+    return [g * 1.0 for g in grads]
+
+
+def test_layer_norm_row_kernels_run_natively_and_equal_eager_for_72_calls():
+    from minflux.ops import layer_norm_rows
+
+    rng = np.random.default_rng(8)
+    step = mf.compile(layer_norm_gradients)
+    scale, shift = rng.normal(size=7).astype(np.float32), rng.normal(size=7).astype(np.float32)
+    for k in range(CALLS):
+        x, w = rng.normal(size=(6, 7)).astype(np.float32), rng.normal(size=(7, 3)).astype(np.float32)
+        want = layer_norm_gradients(x, scale, shift, w)
+        got = step(x, scale, shift, w)
+        assert [bits(g) for g in got] == [bits(g) for g in want], f"call {k}"
+    words = set(native_form(step).program.tolist())
+    kernels = layer_norm_rows._kernels(np.dtype(np.float32))
+    if mf.get_elementwise_backend() == "numba":
+        assert {native_runner.function_address(k.call) for k in kernels} <= words
+
+
 def add_in_place(a, b):
     c = np.multiply(a, 1.0)
     np.add(c, b, out=c)
@@ -225,6 +250,31 @@ def test_what_reads_an_operation_whose_result_moves_with_the_data_stays_python()
         assert bits(step(a)) == bits(through_a_data_dependent_view(a)), f"call {k}"
     assert step.recordings == 1
 
+
+
+def through_a_new_product(g, p):
+    """The node gradient's product of arrays it may not overwrite: a new array on every call."""
+    from minflux.pointwise.node import _annihilating_product
+
+    product = _annihilating_product(np.multiply(g, 1.0), np.multiply(p, 1.0), False, False, None)
+    return np.multiply(np.multiply(product, 2.0), 1.0)
+
+
+def test_what_reads_a_new_array_from_an_operation_with_steady_results_stays_python(monkeypatch):
+    """``steady_results``: whether the results are views or new arrays is decided by layouts and
+    constants; a new array lies elsewhere on every call. Its address may lie in memory that stays put
+    (where the probe allocated an array a command holds after freeing it): the rule alone must keep
+    its readers in Python, so here every address but an input's counts as memory that stays put."""
+    from minflux.schedule import native
+
+    locate = native._Places.locate
+    monkeypatch.setattr(native._Places, "locate", lambda self, address: locate(self, address) or "fixed")
+    rng = np.random.default_rng(5)
+    step = mf.compile(through_a_new_product)
+    for k in range(CALLS):
+        g, p = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+        assert bits(step(g, p)) == bits(through_a_new_product(g, p)), f"call {k}"
+    assert native_form(step).n_commands >= 2   # the copies in, not the doubling
 
 
 def test_a_probe_that_raises_probes_again_at_the_next_call(numpys_product):

@@ -210,7 +210,8 @@ def test_layer_norm_row_kernels_compile_to_packed_float32_arithmetic(name, tmp_p
 
     monkeypatch.setenv("MINFLUX_CACHE_DIR", str(tmp_path))   # compiled here, so its assembly is known
     monkeypatch.setattr(kernel_loader, "_loaded", {})
-    kernel = kernel_loader.load_ir_kernel(layer_norm_rows.kernel_ir(name, "float32"), "minflux_layer_norm", 7)
+    kernel = kernel_loader.load_ir_kernel(layer_norm_rows.kernel_ir(name, "float32"), "minflux_layer_norm",
+                                         {"forward": 7, "backward": 8}[name])
     packed = re.findall(r"\bv(?:add|sub|mul|fn?m(?:add|sub)\w*)ps\s+%[yz]mm", kernel.assembly())
     assert len(packed) >= 4
 

@@ -119,3 +119,23 @@ def test_empty_rows_give_empty_results_and_zero_parameter_gradients(shape, backe
     np.testing.assert_array_equal(g_scale, np.zeros(columns))
     np.testing.assert_array_equal(g_shift, np.zeros(columns))
 
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_row_kernels_write_into_given_arrays_in_place_or_by_copy(dtype, rng):
+    """A schedule's replay passes ``out=`` arrays: C-contiguous ones are written in place, others get a
+    copy, None is a new array; the values are those of a call without ``out=``."""
+    x, g = rng.standard_normal((2, 3, 5)).astype(dtype), rng.standard_normal((2, 3, 5)).astype(dtype)
+    scale, shift = rng.standard_normal(5).astype(dtype), rng.standard_normal(5).astype(dtype)
+    want = normalisation._forward_rows(x, scale, shift, 1e-5)
+    outs = [np.empty((2, 3, 5), dtype), np.empty((5, 6), dtype).T, None]
+    got = normalisation._forward_rows(x, scale, shift, 1e-5, out=outs)
+    assert got[0] is outs[0] and got[1] is outs[1]
+    assert [a.tobytes() for a in got] == [a.tobytes() for a in want]
+    for sv in (scale, None):
+        want_back = normalisation._backward_rows(g, want[1], want[2], sv)
+        outs = [np.empty((2, 3, 5), dtype), None if sv is None else np.empty(10, dtype)[::2], np.empty(5, dtype)]
+        got_back = normalisation._backward_rows(g, want[1], want[2], sv, out=outs)
+        assert (got_back[1] is None) == (sv is None) and got_back[2] is outs[2]
+        assert [None if a is None else a.tobytes() for a in got_back] == \
+            [None if a is None else a.tobytes() for a in want_back]

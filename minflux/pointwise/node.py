@@ -63,26 +63,37 @@ def _times(g, p, fresh: bool = False, g_finite=None):
         if p == 0:
             return get_array_module(g).zeros_like(g)
         return g * p
-    return _annihilating_product(g, p, fresh, is_seed_broadcast(g), g_finite)
+    if fresh and getattr(p, "shape", None) == getattr(g, "shape", ()) and p.dtype == g.dtype:
+        # p is a new array no one else holds: reuse it (the gradient of a sum needs no pass at all)
+        return _product_into_partial(g, p, is_seed_broadcast(g), g_finite)
+    return _annihilating_product(g, p, is_seed_broadcast(g))
 
 
 @operation(results="views", views_of=("p",))
-def _annihilating_product(g, p, fresh: bool, seed: bool, g_finite):
-    """`_times` for an array partial: its checks look at the data, so they are one operation."""
-    if fresh and getattr(p, "shape", None) == getattr(g, "shape", ()) and p.dtype == g.dtype:
-        # p is a new array no one else holds: reuse it (the gradient of a sum needs no pass at all)
-        if seed:
-            return p
-        if g_finite is None:
-            g_finite = _finite_seed(g)
-        if g_finite and not _may_be_nonfinite(p):
-            return get_array_module(p).multiply(g, p, out=p)
-        p[...] = _guarded(g, p)   # p whatever the data, so that a replay finds the result where it was
+def _product_into_partial(g, p, seed: bool, g_finite):
+    """`_times` into ``p``, whatever the data, so that a replay finds the result where it was: its
+    checks look at the data, so they are one operation."""
+    if seed:
         return p
-    product = g * p
+    if g_finite is None:
+        g_finite = _finite_seed(g)
+    if g_finite and not _may_be_nonfinite(p):
+        return get_array_module(p).multiply(g, p, out=p)
+    p[...] = _guarded(g, p)
+    return p
+
+
+@operation(results="out")
+def _annihilating_product(g, p, seed: bool, out=None):
+    """`_times` as a new array (written into ``out`` where given): its checks look at the data, so
+    they are one operation."""
+    product = get_array_module(g, p).multiply(g, p, out=out)
     if seed or not _may_be_nonfinite(product):
         return product   # no 0 * inf or 0 * nan in it: those would have made a nan
-    return _guarded(g, p)
+    if out is None:
+        return _guarded(g, p)
+    out[...] = _guarded(g, p)
+    return out
 
 
 def _guarded(g, p):
@@ -93,15 +104,39 @@ def _guarded(g, p):
     return xp.where(((g == 0) | (p == 0)) & ~xp.isfinite(product), 0, product).astype(product.dtype, copy=False)
 
 
-@operation(results="views", views_of=("partials",))
 def _gradient_sums(grads: list, partials: list, structure: tuple, fresh: bool) -> list:
     """Per argument, the sum of its terms ``grads[g] * partials[p]`` (``structure[q]``: the terms of
     sum ``q`` in order), as one compiled kernel (`node_kernel`) where the arrays allow, else term by
-    term; both give the same values, zeros' signs included."""
+    term; both give the same values, zeros' signs included. ``fresh``: the partials may be overwritten."""
+    if fresh:
+        return _gradient_sums_into_partials(grads, partials, structure)
+    return _new_gradient_sums(grads, partials, structure)
+
+
+@operation(results="views", views_of=("partials",))
+def _gradient_sums_into_partials(grads: list, partials: list, structure: tuple) -> list:
+    """`_gradient_sums` of partials no one else holds: each sum in its first partial where one kernel
+    does them all (or its one term is the product into its partial), else new arrays."""
     if _one_kernel_applies(grads, partials):
-        return gradient_sums(grads, partials, structure, in_place=fresh)   # fresh: the node's own arrays
-    finite = [_finite_seed(g) if fresh else None for g in grads]
-    return [_sum_terms([(grads[g], partials[p], finite[g]) for g, p in terms], fresh) for terms in structure]
+        return gradient_sums(grads, partials, structure, in_place=True)
+    finite = [_finite_seed(g) for g in grads]
+    return [_sum_terms([(grads[g], partials[p], finite[g]) for g, p in terms], True) for terms in structure]
+
+
+@operation(results="out")
+def _new_gradient_sums(grads: list, partials: list, structure: tuple, out=None) -> list:
+    """`_gradient_sums` of partials others may hold: new arrays (written into ``out`` where given)."""
+    if _one_kernel_applies(grads, partials):
+        whole = out is not None and not any(o is None for o in out) and _one_kernel_applies(grads, [*partials, *out])
+        sums = gradient_sums(grads, partials, structure, sums=out if whole else None)
+    else:
+        sums = [_sum_terms([(grads[g], partials[p], None) for g, p in terms], False) for terms in structure]
+    if out is not None:
+        for o, s in zip(out, sums):
+            if o is not None and o is not s:
+                o[...] = s
+        return [s if o is None else o for o, s in zip(out, sums)]
+    return sums
 
 
 def _sum_terms(terms: list, fresh: bool):
@@ -113,17 +148,27 @@ def _sum_terms(terms: list, fresh: bool):
     return acc
 
 
-def _gradient_sums_command(args: tuple, kwargs: dict, errstate: dict):
-    if len(args) != 4 or kwargs or not (args[3] and _one_kernel_applies(args[0], args[1])):
+def _into_partials_command(args: tuple, kwargs: dict, errstate: dict):
+    if len(args) != 3 or kwargs or not _one_kernel_applies(args[0], args[1]):
         return None
-    return gradient_sums_command(*args[:3])
+    return gradient_sums_command(*args)
 
 
-_gradient_sums.__wrapped_operation__.native_command = _gradient_sums_command   # what a recording calls
+def _new_sums_command(args: tuple, kwargs: dict, errstate: dict):
+    out = kwargs.get("out")
+    if len(args) != 3 or out is None or any(o is None for o in out) or \
+            not _one_kernel_applies(args[0], [*args[1], *out]):
+        return None
+    return gradient_sums_command(*args, sums=out)
+
+
+# what a recording calls
+_gradient_sums_into_partials.__wrapped_operation__.native_command = _into_partials_command
+_new_gradient_sums.__wrapped_operation__.native_command = _new_sums_command
 # whether they return views of their arguments or new arrays depends on the arguments' layouts and
 # the constants, never on the data (`minflux.schedule.native`)
-_gradient_sums.__wrapped_operation__.steady_results = True
-_annihilating_product.__wrapped_operation__.steady_results = True
+_gradient_sums_into_partials.__wrapped_operation__.steady_results = True
+_product_into_partial.__wrapped_operation__.steady_results = True
 
 
 def _one_kernel_applies(grads: list, partials: list) -> bool:

@@ -102,12 +102,13 @@ def _kernel(structure: tuple, n_grads: int, n_partials: int, dtype: np.dtype, in
     return kernel
 
 
-def gradient_sums(grads: list, partials: list, structure: tuple, in_place: bool = False) -> list:
+def gradient_sums(grads: list, partials: list, structure: tuple, in_place: bool = False,
+                  sums: list | None = None) -> list:
     """Sum ``grads[g] * partials[p]`` over each sum's terms ``structure[q] = ((g, p), ...)``.
 
     Every array must be a C-contiguous numpy array of one shape and one float dtype (float32 or
-    float64); every partial must appear in one term. Returns one new array per sum, or with
-    ``in_place`` each sum's first partial, overwritten with the sum (for partials no one else holds).
+    float64); every partial must appear in one term. Returns one new array per sum (or ``sums``, written),
+    or with ``in_place`` each sum's first partial, overwritten with the sum (for partials no one else holds).
 
     >>> g, p = [np.full(3, 2.0)], [np.arange(3.0), np.ones(3)]
     >>> [s.tolist() for s in gradient_sums(g, p, (((0, 0), (0, 1)), ((0, 1),)))]
@@ -115,8 +116,10 @@ def gradient_sums(grads: list, partials: list, structure: tuple, in_place: bool 
     """
     first = partials[0]
     dtype, total = first.dtype, first.size
-    sums = [partials[terms[0][1]] for terms in structure] if in_place else \
-        [np.empty(first.shape, dtype) for _ in structure]
+    if in_place:
+        sums = [partials[terms[0][1]] for terms in structure]
+    elif sums is None:
+        sums = [np.empty(first.shape, dtype) for _ in structure]
     if total:
         rows = -(-total // _ROW)
         args = (_ROW, total, rows, *pointers(grads), *pointers(partials), *([] if in_place else pointers(sums)))
@@ -126,9 +129,10 @@ def gradient_sums(grads: list, partials: list, structure: tuple, in_place: bool 
     return sums
 
 
-def gradient_sums_command(grads: list, partials: list, structure: tuple):
+def gradient_sums_command(grads: list, partials: list, structure: tuple, sums: list | None = None):
     """The native runner's `Command` (`minflux.runtime.native_runner`) for ``gradient_sums(grads,
-    partials, structure, in_place=True)``, or None where that splits over threads or has no elements.
+    partials, structure, in_place=True)`` (or, given ``sums``, ``sums=sums``), or None where that
+    splits over threads or has no elements.
 
     >>> g, p = [np.full(3, 2.0)], [np.arange(3.0)]
     >>> gradient_sums_command(g, p, (((0, 0),),)).words[3:8]
@@ -136,9 +140,11 @@ def gradient_sums_command(grads: list, partials: list, structure: tuple):
     """
     first = partials[0]
     total = first.size
-    if not total or total >= PARALLEL_MIN_ELEMENTS or 5 + len(grads) + len(partials) > MAX_KERNEL_ARGUMENTS:
+    written = sums or []
+    if not total or total >= PARALLEL_MIN_ELEMENTS or \
+            5 + len(grads) + len(partials) + len(written) > MAX_KERNEL_ARGUMENTS:
         return None
     rows = -(-total // _ROW)
-    kernel = _kernel(structure, len(grads), len(partials), first.dtype, True)
+    kernel = _kernel(structure, len(grads), len(partials), first.dtype, sums is None)
     return kernel_words(function_address(kernel.call), [0, rows, _ROW, total, rows],
-                        pointers([*grads, *partials]))
+                        pointers([*grads, *partials, *written]))

@@ -50,7 +50,7 @@ _FUNCTIONS = {
     np.ascontiguousarray: VIEWS,
 }
 _METHODS = {
-    "sum": NEW, "mean": NEW, "max": NEW, "min": NEW, "prod": NEW, "copy": NEW, "flatten": NEW,
+    "sum": OUT, "mean": NEW, "max": NEW, "min": NEW, "prod": NEW, "copy": NEW, "flatten": NEW,
     "dot": NEW, "fill": NEW,
     "reshape": VIEWS, "view": VIEWS, "transpose": VIEWS, "swapaxes": VIEWS, "squeeze": VIEWS,
     "ravel": VIEWS, "astype": VIEWS,   # astype(copy=False) may return the array itself

@@ -13,6 +13,7 @@ from minflux.schedule.buffers import NEW, OUT, VIEWS, kind
 from minflux.schedule.operation import declared
 from minflux.schedule.recorder import Declared
 from minflux.schedule.replay import COMPILE_AFTER
+from minflux.schedule.traced import _method_caller
 
 N = 1000
 
@@ -175,6 +176,25 @@ def test_two_threads_replaying_one_step_never_share_its_buffers_at_once():
     assert step.buffer_bytes > 0 and wrong == []
 
 
+def sums_of_a_product(x):
+    y = np.multiply(x, 2.0)
+    whole, columns, rows = y.sum(), y.sum(axis=0), y.sum(axis=1, keepdims=True)
+    return np.multiply(columns, whole), np.add(rows, y[:, 0].sum()), whole
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.bool_])
+def test_sums_along_axes_are_written_into_buffers_and_whole_sums_stay_numpy_scalars(dtype):
+    """``ndarray.sum(axis=..., out=...)``: numpy's own reduction into the buffer, the same bits and type."""
+    rng = np.random.default_rng(3)
+    step = mf.compile(sums_of_a_product)
+    for k in range(72):
+        x = (rng.normal(size=(5, 300)) * 4).astype(dtype)
+        got, want = step(x), sums_of_a_product(x)
+        assert [(type(a), a.dtype, a.shape, a.tobytes()) for a in got] == \
+            [(type(a), a.dtype, a.shape, a.tobytes()) for a in want], f"call {k}"
+    assert step.buffer_bytes > 0
+
+
 @pytest.mark.parametrize("call, expected", [
     ((np.add, (1, 2), {}), OUT),
     ((np.add, (1, 2), {"out": 3}), VIEWS),          # writes into a given array and returns it
@@ -183,6 +203,7 @@ def test_two_threads_replaying_one_step_never_share_its_buffers_at_once():
     ((np.concatenate, ([1],), {}), OUT),
     ((np.concatenate, ([1],), {"dtype": float}), NEW),
     ((np.reshape, (1, 2), {}), VIEWS),
+    ((_method_caller("sum"), (1,), {}), OUT),
     ((np.einsum, ("ij->ji", 1), {}), VIEWS),        # may return a view
     ((print, (), {}), None),                         # unknown: its arrays are never planned
 ])

@@ -252,11 +252,17 @@ def test_what_reads_an_operation_whose_result_moves_with_the_data_stays_python()
 
 
 
-def through_a_new_product(g, p):
-    """The node gradient's product of arrays it may not overwrite: a new array on every call."""
-    from minflux.pointwise.node import _annihilating_product
+@mf.operation(results="views")
+def product_or_view(g, p, view: bool):
+    """Hands back ``p`` itself or a new array, as its constant says."""
+    return p if view else g * p
 
-    product = _annihilating_product(np.multiply(g, 1.0), np.multiply(p, 1.0), False, False, None)
+
+product_or_view.__wrapped_operation__.steady_results = True
+
+
+def through_a_new_product(g, p):
+    product = product_or_view(np.multiply(g, 1.0), np.multiply(p, 1.0), False)
     return np.multiply(np.multiply(product, 2.0), 1.0)
 
 

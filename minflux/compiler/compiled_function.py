@@ -273,7 +273,11 @@ class BoundLaunch:
         if (out is None or cf.parsed.loop_sites or signature(arrays) != self.signature
                 or get_elementwise_backend() != "numba"):
             return None
-        return self.launcher.command(arrays, out)
+        command = self.launcher.command(arrays, out)
+        if command is None or command.refresh is None:
+            return command
+        write, reads = command.refresh   # of the arrays, the call's third argument
+        return command._replace(refresh=(lambda args, kwargs: write(args[2]), lambda args, kwargs: reads(args[2])))
 
 
 _compiled: dict = {}

@@ -28,6 +28,7 @@ starting numba.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import threading
@@ -377,15 +378,37 @@ class Launcher:
     def command(self, arrays: list, out: list):
         """The native runner's `Command` (`minflux.runtime.native_runner.kernel_words`) for what
         ``self(arrays, out)`` does, or None where that is more than one call of the kernel on this
-        thread into ``out`` (an input read through a copy, rows in chunks or over threads, an output
-        left new, no elements)."""
+        thread into ``out`` (an array input read through a copy, rows in chunks or over threads, an
+        output left new, no elements). A numpy scalar input is read from a cell of its own, which
+        the command's ``refresh`` writes from each call's scalar of the same type (as functions of
+        ``arrays``)."""
         total = self.plan.total
-        if (not total or any(how in COPIES for _, how in self.reads) or len(self.chunks) != 1
-                or total >= PARALLEL_MIN_ELEMENTS or any(o is None for o in out)
+        if (not total or len(self.chunks) != 1 or total >= PARALLEL_MIN_ELEMENTS or any(o is None for o in out)
                 or 2 + len(self.head) + len(arrays) + len(out) > MAX_KERNEL_ARGUMENTS):
             return None
-        return kernel_words(function_address(self.kernel.call), [0, self.plan.rows, *self.head],
-                            pointers([*self._read(arrays), *out]))
+        read, cells = self._read(arrays), []
+        for k, how in self.reads:
+            if how in COPIES:
+                if how != READ_COPY or arrays[k].__class__ is np.ndarray:   # array data, copied anew each call
+                    return None
+                cells.append((k, arrays[k].__class__, read[k]))
+        command = kernel_words(function_address(self.kernel.call), [0, self.plan.rows, *self.head],
+                               pointers([*read, *out]))
+        if not cells:
+            return command
+        return command._replace(held=tuple(cell for _, _, cell in cells),
+                                refresh=(functools.partial(_refresh, cells), lambda a: [a[k] for k, _, _ in cells]))
+
+
+def _refresh(cells: list, arrays: list) -> bool:
+    """Write each numpy scalar of ``arrays`` that a command reads into its cell (`Launcher.command`);
+    False, writing nothing, where one is not of the type its cell was made for."""
+    for k, kind, _ in cells:
+        if arrays[k].__class__ is not kind:
+            return False
+    for k, _, cell in cells:
+        cell[...] = arrays[k]
+    return True
 
 
 def launcher(kernel: Kernel, dual, plan: Plan, float_dtype, shape: tuple) -> Launcher:

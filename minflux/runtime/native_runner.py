@@ -44,7 +44,7 @@ import os
 import platform
 import threading
 import warnings
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -60,12 +60,18 @@ class Command(NamedTuple):
     """One command: its ``words``, the positions of the addresses among them, and ``redo``: None, or
     (numpy function, its operands in the order of the addresses, the last its ``out``) for a command
     that computes what that call computes (checked once against its bits; done again by it where the
-    floating-point check stops the walk). ``held``: arrays the words point into, kept alive with them."""
+    floating-point check stops the walk). ``held``: arrays the words point into, kept alive with them.
+    ``refresh``: None, or ``(write, reads)`` for a command that reads values from ``held`` cells (a
+    numpy scalar a kernel reads has no address of its own): ``write(args, kwargs)``, called with each
+    call's arguments before the command runs, writes the cells and returns False where the arguments
+    are not of the kinds the command was made for (the call then runs in Python instead);
+    ``reads(args, kwargs)`` gives the arguments it writes into cells."""
 
     words: list
     addresses: tuple
     redo: tuple | None = None
     held: tuple = ()
+    refresh: tuple[Callable, Callable] | None = None
 
 
 _lock = threading.Lock()

@@ -13,6 +13,10 @@ uses is then placed:
 - anywhere else (an array a Python operation made new on this call): the operation stays a Python
   call, as it does when it has no command or its result is not in the arena.
 
+A value a command reads without an address of its own (a numpy scalar a kernel reads) is written into
+a cell of the command's by a statement in the command's place, from each call's value; a value of
+another type than at the probe makes that one call run in Python instead.
+
 An address is trusted only where it is read from an array that lies where it lay at the probe on
 every call: an input, a planned buffer (an operation given ``out=`` returns it), the result of a
 command, or a view of one of those by constant indices. An operation whose results' place may depend on the
@@ -227,10 +231,16 @@ class NativeForm:
         patches: list = []          # (word, input, offset)
         self._redo: dict = {}       # the first word of a checked command -> (numpy function, its operands)
         natives: dict = {}          # statement -> (first word, end word, its result as a statement or None)
+        refreshes: dict = {}        # statement -> the statement writing its command's cells
+        self._skip = -1             # the first word of a command whose call ran in Python instead
         steady = set(range(len(inputs)))   # slots whose arrays lie where they lay at the probe, or in an input
         for index, st in enumerate(statements):
             found = probe.commands.get(index)
-            if found is None or not steady.issuperset(st.reads):
+            if found is not None and found[0].refresh is not None:   # values written into cells: no places
+                reads = set(st.reads).difference(_refreshed_slots(st, found[0].refresh[1]))
+            else:
+                reads = st.reads
+            if found is None or not steady.issuperset(reads):
                 if index in planned or steady.issuperset(st.reads) and (
                         _is_view(st) and len(set(st.reads)) == 1 or probe.views.get(index, False)):
                     steady.update(st.writes)   # a planned buffer, a view of a steady array by constants, ...
@@ -252,6 +262,8 @@ class NativeForm:
                 self._redo[first] = (fn, [(first + p, x.shape, x.strides, x.dtype) if x.__class__ is np.ndarray
                                           else x for p, x in zip(command.addresses, operands)])
             natives[index] = (first, len(words), _stub(statements[index], result))
+            if command.refresh is not None:
+                refreshes[index] = self._refresh_statement(st, first, result, command.refresh)
         self.program = np.array(words, np.int64)
         self._address = self.program.ctypes.data
         self._patch_at = np.array([w for w, _, _ in patches], np.intp)
@@ -259,14 +271,39 @@ class NativeForm:
         used = sorted({i for _, i, _ in patches})
         self._inputs = [(i, inputs[i].shape, inputs[i].strides, inputs[i].dtype) for i in used]
         self._patch_which = np.array([used.index(i) for _, i, _ in patches], np.intp)
-        self.statements, self.n_segments = self._segments(statements, natives, outputs)
+        self.statements, self.n_segments = self._segments(statements, natives, refreshes, outputs)
         self.n_commands = len(natives)
         tags = [int(self.program[first]) for first, _, _ in natives.values()]
         self.n_kernels = tags.count(native_runner.KERNEL)
         self.n_products = sum(native_runner.GEMM <= t < native_runner.COPY for t in tags)
         self.n_python = len(statements) - len(natives)
 
-    def _segments(self, statements: list, natives: dict, outputs: list) -> tuple[list, int]:
+    def _refresh_statement(self, st, first: int, result, refresh):
+        """A statement calling `_refreshed` with the arguments ``st`` calls its callable with."""
+        start, end = native_text(st.text)
+        n_before = _count(st.text[:start])
+        call = st.params[n_before:n_before + _count(st.text[start:end])]
+        return st._replace(text="$($, $, $, $, " + st.text[start + 2:end],
+                           params=[self._refreshed, first, result, refresh, *call], dead=[], writes=())
+
+    def _refreshed(self, first: int, result, refresh, fn, /, *args, **kwargs) -> None:
+        """Write the cells of the command at word ``first`` from this call's arguments. Where they are
+        not of the kinds it was made for, make the call in Python instead, its results copied into
+        the command's (``result``, which later statements read), and skip the command."""
+        if refresh[0](args, kwargs):
+            return
+        made = _arrays(fn(*args, **kwargs))
+        kept = _arrays(result)
+        if len(made) != len(kept) or any(m.shape != k.shape or m.dtype != k.dtype for m, k in zip(made, kept)):
+            raise RuntimeError(f"minflux: a compiled step's native replay met {getattr(fn, '__name__', fn)!r} "
+                               "giving results of other shapes or dtypes than when it was recorded; set "
+                               "MINFLUX_NATIVE_REPLAY=0 to replay it in Python")
+        for m, k in zip(made, kept):
+            if m is not k:
+                np.copyto(k, m)
+        self._skip = first
+
+    def _segments(self, statements: list, natives: dict, refreshes: dict, outputs: list) -> tuple[list, int]:
         needed = set(outputs)
         keep = [False] * len(statements)
         for index in range(len(statements) - 1, -1, -1):
@@ -274,6 +311,8 @@ class NativeForm:
             if index in natives:
                 stub = natives[index][2]
                 keep[index] = stub is not None and not needed.isdisjoint(st.writes)
+                if index in refreshes:
+                    needed.update(st.reads)
             else:
                 keep[index] = not (_is_view(st) and needed.isdisjoint(st.writes))
                 if keep[index]:
@@ -292,6 +331,9 @@ class NativeForm:
         for index, st in enumerate(statements):
             if index in natives:
                 first, end, stub = natives[index]
+                if index in refreshes:
+                    close()
+                    result.append(refreshes[index])
                 segment = (first, end) if segment is None else (segment[0], end)
                 if keep[index]:
                     stubs.append(stub)
@@ -317,6 +359,11 @@ class NativeForm:
         """Run the commands from word ``first`` to word ``end``; a product whose floating-point check
         failed is done again by numpy, which raises or warns as its error state says."""
         program = self.program
+        if first == self._skip:   # its call ran in Python (`_refreshed`)
+            self._skip = -1
+            first += native_runner.command_size(program, first)
+            if first >= end:
+                return
         while True:
             self._run(first, end, 0, 0, 0, self._address)
             stopped = int(program[0])
@@ -329,6 +376,26 @@ class NativeForm:
             first = stopped + native_runner.command_size(program, stopped)
             if first >= end:
                 return
+
+
+class _Slot(int):
+    """A slot standing for its value in `_refreshed_slots`."""
+
+
+def _refreshed_slots(st, reads) -> list:
+    """The slots among the arguments ``reads(args, kwargs)`` picks from the call of statement ``st``."""
+    start, end = native_text(st.text)
+    n_before = _count(st.text[:start])
+    params = iter(st.params[n_before + 1:])
+    names: dict = {}
+
+    def name(match) -> str:
+        names[f"p{len(names)}"] = _Slot(next(params)) if match.group() == "@" else next(params)
+        return f"p{len(names) - 1}"
+
+    arguments = _PLACEHOLDER.sub(name, st.text[start + 2:end - 1])
+    args, kwargs = eval(f"(lambda *a, **k: (a, k))({arguments})", {}, names)   # noqa: S307 (our own text)
+    return [x for x in reads(args, kwargs) if x.__class__ is _Slot]
 
 
 def _callee(st):

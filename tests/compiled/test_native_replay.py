@@ -132,6 +132,70 @@ def test_layer_norm_row_kernels_run_natively_and_equal_eager_for_72_calls():
         assert {native_runner.function_address(k.call) for k in kernels} <= words
 
 
+@mf.elementwise
+def scaled_by(x, factor):
+    return x * factor
+
+
+def scaled_by_its_mean(x):
+    y = np.multiply(x, 1.0)
+    return np.multiply(scaled_by(y, y.mean()), 1.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_kernel_reading_a_new_numpy_scalar_each_call_runs_natively_and_equals_eager(dtype):
+    rng = np.random.default_rng(9)
+    step = mf.compile(scaled_by_its_mean)
+    for k in range(CALLS):
+        x = rng.normal(size=(4, 6)).astype(dtype)
+        assert bits(step(x)) == bits(scaled_by_its_mean(x)), f"call {k}"
+    if mf.get_elementwise_backend() == "numba":
+        assert native_form(step).n_kernels == 1
+
+
+class AddFromACell:
+    """``np.add(x, s, out=out)`` whose command reads ``s`` from a cell the replay writes on each call,
+    and declines a negative ``s`` (as a kernel declines a scalar of another type than its cell's)."""
+
+    __name__ = "add_from_a_cell"
+
+    def __call__(self, x, s, out=None):
+        return np.add(x, s, out=out)
+
+    def native_command(self, args, kwargs, errstate):
+        (x, s), out = args, kwargs.get("out")
+        if out is None:
+            return None
+        cell = np.array([s], x.dtype)
+
+        def write(args, kwargs):
+            if args[1] < 0:
+                return False
+            cell[0] = args[1]
+            return True
+
+        command = native_runner.map_words(0, x.dtype, 1, x.size, (x.ctypes.data, 0, 1), (cell.ctypes.data, 0, 0),
+                                          (out.ctypes.data, 0, 1), 0, None)
+        return command._replace(held=(cell,), refresh=(write, lambda args, kwargs: [args[1]]))
+
+
+add_from_a_cell = mf.operation(AddFromACell(), results="out")
+
+
+def plus_its_mean(x):
+    y = np.multiply(x, 1.0)
+    return np.multiply(add_from_a_cell(y, y.mean()), 1.0)
+
+
+def test_a_command_reading_a_cell_gets_each_calls_value_or_its_call_runs_in_python():
+    rng = np.random.default_rng(10)
+    step = mf.compile(plus_its_mean)
+    for k in range(CALLS):
+        x = rng.normal(size=7) + (-3.0 if k > 20 and k % 3 == 0 else 3.0)
+        assert bits(step(x)) == bits(plus_its_mean(x)), f"call {k}"
+    assert native_form(step).n_commands == 2   # the copy in and the sum
+
+
 def add_in_place(a, b):
     c = np.multiply(a, 1.0)
     np.add(c, b, out=c)

@@ -238,3 +238,25 @@ def test_the_key_changes_when_code_inlined_into_kernels_changes(tmp_path, monkey
     fastmath.write_text(fastmath.read_text() + "\n# a changed polynomial\n")
     monkeypatch.setattr(numba_backend, "_generator_text", None)
     assert numba_backend.generator_version() != before
+
+
+@pytest.mark.skipif(mf.get_elementwise_backend() != "numba", reason="numba kernels only")
+def test_a_launch_reading_a_numpy_scalar_is_a_command_whose_cell_each_call_writes():
+    """The scalar has no address of its own: the command reads a cell, written from each call's
+    scalar of the type it was made for, and declines one of another type."""
+    from minflux.compiler.compiled_function import compiled, prepare
+    from minflux.runtime import native_runner
+
+    cf = compiled(lambda x, s: x * s)
+    kinds, float_dtype, arrays, shape = prepare([np.arange(3.0), np.float64(2.0)], "times")
+    launcher = cf.numba_launcher(cf.dual_for(kinds, ()), arrays, float_dtype, shape)
+    out = np.empty(3)
+    command = launcher.command(arrays, [out])
+    write, reads = command.refresh
+    assert reads(arrays) == [arrays[1]]
+    program = np.array([-1, *command.words], np.int64)
+    for s in (np.float64(5.0), np.float64(-0.5)):
+        assert write([arrays[0], s])
+        native_runner.run(program, 1, len(program))
+        assert out.tolist() == (np.arange(3.0) * s).tolist()
+    assert not write([arrays[0], np.float32(7.0)])

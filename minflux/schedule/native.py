@@ -23,7 +23,8 @@ command, or a view of one of those by constant indices. An operation whose resul
 data (one that hands back its argument unless the data say otherwise) makes the arrays it returns
 untrusted, and what reads them stays Python; an operation that says otherwise (``steady_results``
 on the recorded function: whether it returns views of its arguments or new arrays is decided by
-their layouts and its constants) is trusted as a view is where the probe found views.
+their layouts and its constants) is trusted where the probe found its results views of its
+arguments, as far as those arguments are.
 
 A statement that became commands keeps, where later Python statements read its result, an
 assignment of that result (the same arena arrays every call); views (an index, a reshape) that only
@@ -102,7 +103,8 @@ def command_of(fn):
 class Probe:
     """Stands in for the callables of the statements that may become commands during one replay:
     runs each and keeps ``commands[statement] = (its Command, its result)``; and, for an operation
-    with ``steady_results``, ``views[statement]``: whether its results were views of its arguments.
+    with ``steady_results``, ``views[statement]``: the positions among its flattened arguments of the
+    arrays its results are views of, or None where one is a new array.
 
     >>> probe, out = Probe(), np.empty(3)
     >>> probe(7, np.add, np.ones(3), np.ones(3), out=out).tolist(), list(probe.commands)
@@ -128,22 +130,31 @@ class Probe:
                                     scratch is not None and scratch.tobytes() == command.redo[1][-1].tobytes()):
             self.commands[index] = (command, result)
         if getattr(fn, "steady_results", False):
-            self.views[index] = _views_of(result, args)
+            self.views[index] = _holders(result, _leaves((args, tuple(kwargs.values()))))
         return result
 
 
-def _arrays(x) -> list:
-    if x.__class__ is np.ndarray:
-        return [x]
+def _leaves(x) -> list:
+    """``x`` with its lists and tuples flattened, in order."""
     if x.__class__ is list or x.__class__ is tuple:
-        return [a for item in x for a in _arrays(item)]
-    return []
+        return [leaf for item in x for leaf in _leaves(item)]
+    return [x]
 
 
-def _views_of(result, args: tuple) -> bool:
-    """Whether every array in ``result`` lies in the memory of an array in ``args`` (a new one cannot)."""
-    given = _arrays(args)
-    return all(any(np.may_share_memory(r, a) for a in given) for r in _arrays(result))
+def _arrays(x) -> list:
+    return [leaf for leaf in _leaves(x) if leaf.__class__ is np.ndarray]
+
+
+def _holders(result, leaves: list) -> tuple | None:
+    """The positions among ``leaves`` of the arrays in whose memory the arrays of ``result`` lie, or
+    None where one lies in none of them (a new array)."""
+    found = set()
+    for r in _arrays(result):
+        holding = [i for i, leaf in enumerate(leaves) if leaf.__class__ is np.ndarray and np.may_share_memory(r, leaf)]
+        if not holding:
+            return None
+        found.update(holding)
+    return tuple(sorted(found))
 
 
 _warned: set = set()
@@ -237,12 +248,14 @@ class NativeForm:
         for index, st in enumerate(statements):
             found = probe.commands.get(index)
             if found is not None and found[0].refresh is not None:   # values written into cells: no places
-                reads = set(st.reads).difference(_refreshed_slots(st, found[0].refresh[1]))
+                args, kwargs = _symbolic_arguments(st)
+                reads = set(st.reads).difference(x for x in found[0].refresh[1](args, kwargs) if x.__class__ is _Slot)
             else:
                 reads = st.reads
             if found is None or not steady.issuperset(reads):
-                if index in planned or steady.issuperset(st.reads) and (
-                        _is_view(st) and len(set(st.reads)) == 1 or probe.views.get(index, False)):
+                holders = probe.views.get(index)
+                if index in planned or (steady.issuperset(st.reads) and _is_view(st) and len(set(st.reads)) == 1) or (
+                        holders is not None and steady.issuperset(_argument_slots(st, holders))):
                     steady.update(st.writes)   # a planned buffer, a view of a steady array by constants, ...
                 else:
                     steady.difference_update(st.writes)
@@ -379,11 +392,11 @@ class NativeForm:
 
 
 class _Slot(int):
-    """A slot standing for its value in `_refreshed_slots`."""
+    """A slot standing for its value in `_symbolic_arguments`."""
 
 
-def _refreshed_slots(st, reads) -> list:
-    """The slots among the arguments ``reads(args, kwargs)`` picks from the call of statement ``st``."""
+def _symbolic_arguments(st) -> tuple[tuple, dict]:
+    """The arguments of the call of statement ``st``, each slot among them a `_Slot`."""
     start, end = native_text(st.text)
     n_before = _count(st.text[:start])
     params = iter(st.params[n_before + 1:])
@@ -394,8 +407,14 @@ def _refreshed_slots(st, reads) -> list:
         return f"p{len(names) - 1}"
 
     arguments = _PLACEHOLDER.sub(name, st.text[start + 2:end - 1])
-    args, kwargs = eval(f"(lambda *a, **k: (a, k))({arguments})", {}, names)   # noqa: S307 (our own text)
-    return [x for x in reads(args, kwargs) if x.__class__ is _Slot]
+    return eval(f"(lambda *a, **k: (a, k))({arguments})", {}, names)   # noqa: S307 (our own text)
+
+
+def _argument_slots(st, positions: tuple) -> list:
+    """The slots at ``positions`` among the flattened arguments of statement ``st`` (`_leaves`)."""
+    args, kwargs = _symbolic_arguments(st)
+    leaves = _leaves((args, tuple(kwargs.values())))
+    return [leaves[i] for i in positions if leaves[i].__class__ is _Slot]
 
 
 def _callee(st):

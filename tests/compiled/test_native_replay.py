@@ -347,6 +347,20 @@ def test_what_reads_a_new_array_from_an_operation_with_steady_results_stays_pyth
     assert native_form(step).n_commands >= 2   # the copies in, not the doubling
 
 
+def through_a_view_beside_a_new_array(g, p):
+    view = product_or_view(np.sort(g), np.multiply(p, 1.0), True)   # np.sort: a new array on every call
+    return np.multiply(np.multiply(view, 2.0), 1.0)
+
+
+def test_what_reads_a_view_from_an_operation_with_steady_results_runs_natively_whatever_else_it_reads():
+    rng = np.random.default_rng(6)
+    step = mf.compile(through_a_view_beside_a_new_array)
+    for k in range(CALLS):
+        g, p = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+        assert bits(step(g, p)) == bits(through_a_view_beside_a_new_array(g, p)), f"call {k}"
+    assert native_form(step).n_commands == 2   # the copy in and the doubling of its view
+
+
 def test_a_probe_that_raises_probes_again_at_the_next_call(numpys_product):
     rng = np.random.default_rng(6)
     step = mf.compile(product_then_tanh)

@@ -10,6 +10,7 @@ each, written by the builders below):
   integers: `GEMM_VARIANTS`);
 - `map_words`: ``out = a + b`` (``-``, ``*``, ``/``: `MAP_OPERATIONS`) over rows of float32 or
   float64 elements, an operand read whole or once per row;
+- `sum_words`: sums of rows or of columns, in numpy's order;
 - `copy_words`: rows of bytes copied, as a concatenation does.
 
 A product or an elementwise loop with ``flags`` other than 0 clears the floating-point status flags
@@ -49,11 +50,13 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from .native_runner_ir import (COPY, COPY_WORDS, GEMM, GEMM_VARIANTS, GEMM_WORDS, KERNEL, MAP, MAP_DTYPES,
-                               MAP_OPERATIONS, MAP_WORDS, MAX_KERNEL_ARGUMENTS, map_tag, runner_ir)
+                               MAP_OPERATIONS, MAP_WORDS, MAX_KERNEL_ARGUMENTS, SUM, SUM_WORDS, map_tag, runner_ir,
+                               sum_tag)
 
 __all__ = ["COPY", "Command", "GEMM", "GEMM_VARIANTS", "KERNEL", "MAP", "MAP_DTYPES", "MAP_OPERATIONS",
-           "MAX_KERNEL_ARGUMENTS", "command_size", "copy_words", "fp_flags", "function_address", "gemm_words",
-           "kernel_words", "load_runner", "map_tag", "map_words", "numpy_gemm", "run", "runner_ready"]
+           "MAX_KERNEL_ARGUMENTS", "SUM", "command_size", "copy_words", "fp_flags", "function_address",
+           "gemm_words", "kernel_words", "load_runner", "map_tag", "map_words", "numpy_gemm", "run", "runner_ready",
+           "sum_words"]
 
 
 class Command(NamedTuple):
@@ -141,6 +144,19 @@ def map_words(op: int, dtype, rows: int, cols: int, a: tuple, b: tuple, out: tup
                    (4, 6, 8), redo, held)
 
 
+def sum_words(by_columns: bool, dtype, rows: int, cols: int, a: tuple, out: tuple, flags: int, redo: tuple) -> Command:
+    """The sums of ``rows`` rows of ``cols`` contiguous elements, as numpy's ``add.reduce`` sums them:
+    of each row into an element of ``out`` (pairwise), or of each column into ``out`` (in order of
+    the rows). ``a`` is (address, bytes between rows), ``out`` (address, bytes between row sums).
+
+    >>> x, out = np.arange(6.0).reshape(2, 3), np.empty(2)
+    >>> command = sum_words(False, np.float64, 2, 3, (x.ctypes.data, 24), (out.ctypes.data, 8), 0, None)
+    >>> run(np.array([-1, *command.words], np.int64), 1, 1 + len(command.words)); out.tolist()
+    [3.0, 12.0]
+    """
+    return Command([sum_tag(by_columns, dtype), 0, rows, cols, a[0], a[1], out[0], out[1], flags], (4, 6), redo)
+
+
 def copy_words(rows: int, size: int, src: tuple, dst: tuple) -> Command:
     """``rows`` rows of ``size`` bytes copied: ``src`` and ``dst`` are (address, bytes between rows).
 
@@ -161,7 +177,7 @@ def command_size(program: np.ndarray, at: int) -> int:
     tag = int(program[at])
     if tag == KERNEL:
         return 3 + int(program[at + 2])
-    return GEMM_WORDS if tag < COPY else COPY_WORDS if tag == COPY else MAP_WORDS
+    return GEMM_WORDS if tag < COPY else COPY_WORDS if tag == COPY else MAP_WORDS if tag < SUM else SUM_WORDS
 
 
 # -- numpy's own BLAS ----------------------------------------------------------------------------------
@@ -220,7 +236,7 @@ def load_runner():
     if _runner is None:
         from .kernel_loader import load_ir_kernel
 
-        _runner = load_ir_kernel(runner_ir(), "minflux_run", 1, generator="native_runner 2", private=True).call
+        _runner = load_ir_kernel(runner_ir(), "minflux_run", 1, generator="native_runner 3", private=True).call
     return _runner
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["COPY", "COPY_WORDS", "GEMM", "GEMM_VARIANTS", "GEMM_WORDS", "KERNEL", "MAP", "MAP_DTYPES",
-           "MAP_OPERATIONS", "MAP_WORDS", "MAX_KERNEL_ARGUMENTS", "map_tag", "runner_ir"]
+           "MAP_OPERATIONS", "MAP_WORDS", "MAX_KERNEL_ARGUMENTS", "SUM", "SUM_WORDS", "map_tag", "runner_ir",
+           "sum_tag"]
 
 KERNEL, GEMM, COPY, MAP = 0, 1, 5, 6
 GEMM_VARIANTS = ((np.dtype(np.float32), 32), (np.dtype(np.float32), 64),
@@ -21,7 +22,9 @@ GEMM_VARIANTS = ((np.dtype(np.float32), 32), (np.dtype(np.float32), 64),
 MAP_OPERATIONS = (("fadd", np.add), ("fsub", np.subtract), ("fmul", np.multiply), ("fdiv", np.true_divide))
 """(LLVM instruction, the numpy ufunc it is) of ``MAP`` commands."""
 MAP_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-GEMM_WORDS, MAP_WORDS, COPY_WORDS = 14, 11, 8
+SUM = MAP + len(MAP_OPERATIONS) * len(MAP_DTYPES) * 4
+"""``SUM + 2 * mode + dtype``: sums of rows (mode 0) or of columns (mode 1) as numpy's ``add.reduce``."""
+GEMM_WORDS, MAP_WORDS, COPY_WORDS, SUM_WORDS = 14, 11, 8, 9
 MAX_KERNEL_ARGUMENTS = 96
 """The most arguments a kernel command may pass (the widest elementwise kernels stay Python calls)."""
 _ROW_MAJOR = 101
@@ -161,6 +164,97 @@ def _map_block(op: int, d: int, pattern: int) -> tuple[list, list, list]:
     return [(map_tag(op, dtype, pattern), name)], lines, [_next(name, MAP_WORDS, lines, f"{name}.f.end")]
 
 
+def sum_tag(by_columns: bool, dtype) -> int:
+    """The tag of the sums of rows (or of columns) of ``dtype`` elements (`sum_words`).
+
+    >>> sum_tag(False, np.float32) == SUM, sum_tag(True, np.float64) == SUM + 3
+    (True, True)
+    """
+    return SUM + 2 * by_columns + MAP_DTYPES.index(np.dtype(dtype))
+
+
+def _pairwise(d: int) -> list:
+    """``@pairwise.{d}(ptr a, i64 n)``: numpy's pairwise sum of ``n`` contiguous elements (fewer than 8
+    in order from -0.0; up to 128 in 8 running sums combined as a tree, the rest in order; more
+    split in two at a multiple of 8 below the half)."""
+    t, f = ("float" if MAP_DTYPES[d] == np.float32 else "double"), f"@pairwise.{d}"
+    lines = [f"define internal {t} {f}(ptr %a, i64 %n) {{", "entry:",
+             "  %small = icmp slt i64 %n, 8", "  br i1 %small, label %few, label %more",
+             "few:", "  %few.any = icmp sgt i64 %n, 0", "  br i1 %few.any, label %few.loop, label %few.done",
+             "few.loop:", "  %fi = phi i64 [0, %few], [%fi.next, %few.loop]",
+             f"  %fs = phi {t} [-0.0, %few], [%fs.next, %few.loop]",
+             f"  %fx.p = getelementptr {t}, ptr %a, i64 %fi", f"  %fx = load {t}, ptr %fx.p",
+             f"  %fs.next = fadd {t} %fs, %fx", "  %fi.next = add i64 %fi, 1",
+             "  %fi.more = icmp slt i64 %fi.next, %n", "  br i1 %fi.more, label %few.loop, label %few.done",
+             "few.done:", f"  %few.sum = phi {t} [-0.0, %few], [%fs.next, %few.loop]", f"  ret {t} %few.sum",
+             "more:", "  %block = icmp sle i64 %n, 128", "  br i1 %block, label %unrolled, label %split",
+             "unrolled:"]
+    firsts = [f"%u{j}" for j in range(8)]
+    for j in range(8):
+        lines += [f"  %u{j}.p = getelementptr {t}, ptr %a, i64 {j}", f"  %u{j} = load {t}, ptr %u{j}.p"]
+    lines += ["  %rest = srem i64 %n, 8", "  %whole = sub i64 %n, %rest", "  %eight.more = icmp slt i64 8, %whole",
+              "  br i1 %eight.more, label %eights, label %tree",
+              "eights:", "  %ei = phi i64 [8, %unrolled], [%ei.next, %eights]"]
+    lines += [f"  %r{j} = phi {t} [{firsts[j]}, %unrolled], [%r{j}.next, %eights]" for j in range(8)]
+    for j in range(8):
+        lines += [f"  %e{j}.i = add i64 %ei, {j}", f"  %e{j}.p = getelementptr {t}, ptr %a, i64 %e{j}.i",
+                  f"  %e{j} = load {t}, ptr %e{j}.p", f"  %r{j}.next = fadd {t} %r{j}, %e{j}"]
+    lines += ["  %ei.next = add i64 %ei, 8", "  %ei.more = icmp slt i64 %ei.next, %whole",
+              "  br i1 %ei.more, label %eights, label %tree", "tree:"]
+    for j in range(8):
+        lines.append(f"  %t{j} = phi {t} [{firsts[j]}, %unrolled], [%r{j}.next, %eights]")
+    lines += [f"  %t01 = fadd {t} %t0, %t1", f"  %t23 = fadd {t} %t2, %t3", f"  %t45 = fadd {t} %t4, %t5",
+              f"  %t67 = fadd {t} %t6, %t7", f"  %t03 = fadd {t} %t01, %t23", f"  %t47 = fadd {t} %t45, %t67",
+              f"  %tree.sum = fadd {t} %t03, %t47", "  %tail.any = icmp slt i64 %whole, %n",
+              "  br i1 %tail.any, label %tail, label %tail.done",
+              "tail:", "  %ti = phi i64 [%whole, %tree], [%ti.next, %tail]",
+              f"  %ts = phi {t} [%tree.sum, %tree], [%ts.next, %tail]",
+              f"  %tx.p = getelementptr {t}, ptr %a, i64 %ti", f"  %tx = load {t}, ptr %tx.p",
+              f"  %ts.next = fadd {t} %ts, %tx", "  %ti.next = add i64 %ti, 1",
+              "  %ti.more = icmp slt i64 %ti.next, %n", "  br i1 %ti.more, label %tail, label %tail.done",
+              "tail.done:", f"  %unrolled.sum = phi {t} [%tree.sum, %tree], [%ts.next, %tail]",
+              f"  ret {t} %unrolled.sum",
+              "split:", "  %half = sdiv i64 %n, 2", "  %half.rest = srem i64 %half, 8",
+              "  %n2 = sub i64 %half, %half.rest", "  %n3 = sub i64 %n, %n2",
+              f"  %second.p = getelementptr {t}, ptr %a, i64 %n2",
+              f"  %first.sum = call {t} {f}(ptr %a, i64 %n2)", f"  %second.sum = call {t} {f}(ptr %second.p, i64 %n3)",
+              f"  %split.sum = fadd {t} %first.sum, %second.sum", f"  ret {t} %split.sum", "}"]
+    return lines
+
+
+def _sum_block(by_columns: bool, d: int) -> tuple[list, list, list]:
+    """Sums of ``rows`` rows of ``cols`` contiguous elements (row ``r`` at ``a + r a_rows`` bytes): of
+    each row into ``out + r out_step`` (``0 + pairwise``), or of each column into ``out`` (``0 + a[0]
+    + a[1] + ...`` in order), as numpy's ``add.reduce`` sums along and across its inner loop."""
+    name, t = f"s{int(by_columns)}.{d}", ("float" if MAP_DTYPES[d] == np.float32 else "double")
+    lines = [f"{name}:"]
+    rows, cols, a, a_rows, out, out_step, flags = (_word("%pc", 2 + i, f"{name}.w{i}", lines) for i in range(7))
+    work: list = []
+    if by_columns:
+        work += [f"  %{name}.po = inttoptr i64 {out} to ptr",
+                 f"  call void @llvm.memset.p0.i64(ptr %{name}.po, i8 0, i64 %{name}.bytes, i1 false)"]
+        lines.append(f"  %{name}.bytes = mul i64 {cols}, {MAP_DTYPES[d].itemsize}")
+        body: list = []
+        pa = _row_address(f"{name}.a", f"%{name}.r", a, a_rows, body)
+        body += [f"  br label %{name}.col", f"{name}.col:",
+                 f"  %{name}.c = phi i64 [0, %{name}.row], [%{name}.c.next, %{name}.col]",
+                 f"  %{name}.x.p = getelementptr {t}, ptr {pa}, i64 %{name}.c", f"  %{name}.x = load {t}, ptr %{name}.x.p",
+                 f"  %{name}.s.p = getelementptr {t}, ptr %{name}.po, i64 %{name}.c",
+                 f"  %{name}.s = load {t}, ptr %{name}.s.p", f"  %{name}.s.next = fadd {t} %{name}.s, %{name}.x",
+                 f"  store {t} %{name}.s.next, ptr %{name}.s.p", f"  %{name}.c.next = add i64 %{name}.c, 1",
+                 f"  %{name}.c.more = icmp slt i64 %{name}.c.next, {cols}",
+                 f"  br i1 %{name}.c.more, label %{name}.col, label %{name}.row.end"]
+    else:
+        body = []
+        pa = _row_address(f"{name}.a", f"%{name}.r", a, a_rows, body)
+        po = _row_address(f"{name}.o", f"%{name}.r", out, out_step, body)
+        body += [f"  %{name}.pw = call {t} @pairwise.{d}(ptr {pa}, i64 {cols})",
+                 f"  %{name}.sum = fadd {t} 0.0, %{name}.pw", f"  store {t} %{name}.sum, ptr {po}"]
+    _rows(name, body, rows, work, entry=f"{name}.f.work")
+    _checked(f"{name}.f", flags, work, lines)
+    return [(sum_tag(by_columns, MAP_DTYPES[d]), name)], lines, [_next(name, SUM_WORDS, lines, f"{name}.f.end")]
+
+
 def _copy_block() -> tuple[list, list, list]:
     lines = ["copy:"]
     rows, size, src, src_rows, dst, dst_rows = (_word("%pc", 2 + i, f"copy.w{i}", lines) for i in range(6))
@@ -177,11 +271,14 @@ def runner_ir() -> str:
     blocks = [_kernel_blocks(), *(_gemm_block(v) for v in range(len(GEMM_VARIANTS))),
               *(_map_block(op, d, pattern) for op in range(len(MAP_OPERATIONS)) for d in range(len(MAP_DTYPES))
                 for pattern in range(4)),
+              *(_sum_block(by_columns, d) for by_columns in (False, True) for d in range(len(MAP_DTYPES))),
               _copy_block()]
     cases = " ".join(f"i64 {tag}, label %{label}" for block in blocks for tag, label in block[0])
     exits = ", ".join(f"[{value}, {label}]" for block in blocks for value, label in block[2])
     lines = ["declare i32 @feclearexcept(i32)", "declare i32 @fetestexcept(i32)",
-             "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)", "",
+             "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
+             "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)", "",
+             *(line for d in range(len(MAP_DTYPES)) for line in _pairwise(d)), "",
              "define void @minflux_run(i64 %r0, i64 %r1, i64 %inner, i64 %total, i64 %rows, ptr %p) {",
              "entry:", "  %any = icmp slt i64 %r0, %r1", "  br i1 %any, label %loop, label %done", "loop:",
              f"  %pc = phi i64 [%r0, %entry], {exits}",

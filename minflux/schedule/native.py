@@ -120,7 +120,7 @@ class Probe:
         errstate = np.geterr()
         try:
             command = None if make is None else make(args, kwargs, errstate)
-            scratch = None if command is None or command.redo is None else _trial(make, command, errstate)
+            scratch = None if command is None or command.redo is None else _trial(make, command, kwargs, errstate)
         except Exception as error:   # noqa: BLE001 (the call itself runs below, in Python, as always)
             _warn_once(f"minflux could not make a native command of {getattr(fn, '__name__', fn)!r} ({error!r}); "
                        "it stays a Python call; please report it")
@@ -166,15 +166,15 @@ def _warn_once(message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def _trial(make, command, errstate: dict):
-    """What ``command`` writes when it runs on copies of its operands (laid out as they are, taken
-    before its call), or None where it does not run so."""
+def _trial(make, command, kwargs: dict, errstate: dict):
+    """What ``command`` (made of a call with keywords ``kwargs``) writes when it runs on copies of its
+    operands (laid out as they are, taken before its call), or None where it does not run so."""
     *operands, out = command.redo[1]
     copies = [_copy_in_layout(x) if x.__class__ is np.ndarray else x for x in operands]
     scratch = _copy_in_layout(out)
     if any(c is None for c in copies) or scratch is None:
         return None
-    trial = make(tuple(copies), {"out": scratch}, errstate)
+    trial = make(tuple(copies), {**kwargs, "out": scratch}, errstate)
     if trial is None or trial.words[0] != command.words[0]:
         return None
     program = np.array([-1, *trial.words], np.int64)

@@ -1,7 +1,7 @@
 """numpy operations of a recorded schedule as native commands: elementwise arithmetic and concatenation.
 
-`COMMANDS` maps ``np.add``, ``np.subtract``, ``np.multiply``, ``np.true_divide`` and
-``np.concatenate`` to the function that gives a call's `minflux.runtime.native_runner.Command`, or
+`COMMANDS` maps ``np.add``, ``np.subtract``, ``np.multiply``, ``np.true_divide``, ``np.concatenate``
+and ``ndarray.sum`` to the function that gives a call's `minflux.runtime.native_runner.Command`, or
 None where the call is not one the runner does as numpy does. Arithmetic qualifies on float32 or
 float64 arrays of the result's dtype (or Python numbers, converted to it as numpy converts them)
 whose elements are read whole or once per row, written into an ``out`` that overlaps no operand
@@ -9,7 +9,10 @@ whose elements are read whole or once per row, written into an ``out`` that over
 fails is done again by numpy from its operands); IEEE arithmetic rounds each element the same way in any loop, so the
 bits are numpy's (a NaN's payload aside, where both operands are NaN), and numpy's floating-point
 checks are kept (`native_runner`). A concatenation qualifies when every array and ``out`` are
-C-contiguous of one dtype: it is a copy of rows.
+C-contiguous of one dtype: it is a copy of rows. A sum qualifies over the leading or the trailing
+axes of a C-contiguous float32 or float64 array: numpy sums across its inner loop in order and along
+it pairwise, and the runner does the same (checked once against numpy's bits at the probe, like the
+arithmetic).
 
 >>> import numpy as np
 >>> a, b, out = np.ones((2, 3), np.float32), np.ones(3, np.float32), np.empty((2, 3), np.float32)
@@ -20,6 +23,7 @@ C-contiguous of one dtype: it is a copy of rows.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -27,6 +31,7 @@ import numpy as np
 from ..runtime import native_runner
 from ..runtime.native_runner import Command, MAP_DTYPES, copy_words, map_words
 from ..runtime.pointers import pointers
+from .traced import _method_caller
 
 __all__ = ["COMMANDS"]
 
@@ -114,5 +119,37 @@ def _concatenate_command(args: tuple, kwargs: dict, errstate: dict) -> Command |
     return Command(words, tuple(addresses))
 
 
+_SUM_MAX_COLUMNS = 8192   # numpy's reduction buffer: longer rows may be summed in pieces
+
+
+def _sum_command(args: tuple, kwargs: dict, errstate: dict) -> Command | None:
+    """``a.sum(axis=..., keepdims=..., out=out)`` over the leading or the trailing axes of a C-contiguous
+    float array: its columns summed in order of the rows, or its rows pairwise."""
+    out, axis = kwargs.get("out"), kwargs.get("axis")
+    if len(args) != 1 or set(kwargs) - {"axis", "keepdims", "out"} or out.__class__ is not np.ndarray:
+        return None
+    a = args[0]
+    if (a.__class__ is not np.ndarray or a.dtype not in MAP_DTYPES or out.dtype != a.dtype or not a.flags.c_contiguous
+            or not out.flags.c_contiguous or not out.flags.writeable or np.may_share_memory(a, out)):
+        return None
+    axes = sorted({x % a.ndim for x in (axis if axis.__class__ is tuple else (axis,))}) if axis is not None else []
+    k = len(axes)
+    if not k or axes not in (list(range(k)), list(range(a.ndim - k, a.ndim))):
+        return None
+    by_columns = axes[0] == 0 and k < a.ndim
+    rows, cols = (math.prod(a.shape[:k]), math.prod(a.shape[k:])) if by_columns else \
+        (math.prod(a.shape[:a.ndim - k]), math.prod(a.shape[a.ndim - k:]))
+    flags = native_runner.fp_flags(errstate)
+    if rows < 2 or cols < 2 or (not by_columns and cols > _SUM_MAX_COLUMNS) or flags is None or \
+            out.size != (cols if by_columns else rows):
+        return None
+    pa, po = pointers([a, out])
+    caller = _method_caller("sum")
+    return native_runner.sum_words(by_columns, a.dtype, rows, cols, (pa, cols * a.itemsize), (po, a.itemsize), flags,
+                                   (functools.partial(caller, **{n: kwargs[n] for n in ("axis", "keepdims")
+                                                                 if n in kwargs}), (a, out)))
+
+
 COMMANDS = {fn: _map_command(op) for op, (_, fn) in enumerate(native_runner.MAP_OPERATIONS)}
 COMMANDS[np.concatenate] = _concatenate_command
+COMMANDS[_method_caller("sum")] = _sum_command

@@ -196,6 +196,43 @@ def test_a_command_reading_a_cell_gets_each_calls_value_or_its_call_runs_in_pyth
     assert native_form(step).n_commands == 2   # the copy in and the sum
 
 
+def sums_both_ways(x):
+    y = np.multiply(x, 1.0)
+    return np.multiply(np.add(y.sum(axis=1, keepdims=True), y.sum(axis=0)), 1.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sums_along_and_across_rows_run_natively_and_equal_eager_for_72_calls(dtype):
+    rng = np.random.default_rng(11)
+    step = mf.compile(sums_both_ways)
+    for k in range(CALLS):
+        x = (rng.normal(size=(37, 300)) * 10.0 ** rng.integers(-3, 4, size=(37, 300))).astype(dtype)
+        assert bits(step(x)) == bits(sums_both_ways(x)), f"call {k}"
+    assert native_form(step).n_commands == 4   # the copy in, both sums, their sum
+
+
+def row_sums(x):
+    return np.multiply(np.multiply(x, 1.0).sum(axis=1), 1.0)
+
+
+def test_a_native_sum_that_overflows_warns_as_numpy_does():
+    rng = np.random.default_rng(12)
+    step = mf.compile(row_sums)
+    for k in range(CALLS):
+        x = rng.normal(size=(3, 50)).astype(np.float32)
+        if k > 20 and k % 2:
+            x[1] = 3e38
+        with warnings.catch_warnings(record=True) as replay_warnings:
+            warnings.simplefilter("always")
+            got = step(x)
+        with warnings.catch_warnings(record=True) as eager_warnings:
+            warnings.simplefilter("always")
+            want = row_sums(x)
+        assert bits(got) == bits(want), f"call {k}"
+        assert [str(w.message) for w in replay_warnings] == [str(w.message) for w in eager_warnings], f"call {k}"
+    assert native_form(step).n_commands == 2
+
+
 def add_in_place(a, b):
     c = np.multiply(a, 1.0)
     np.add(c, b, out=c)

@@ -6,6 +6,7 @@ import pytest
 
 from minflux.runtime import native_runner
 from minflux.schedule.native_numpy import COMMANDS
+from minflux.schedule.traced import _method_caller
 
 
 def run(*commands) -> np.ndarray:
@@ -62,6 +63,58 @@ def test_an_elementwise_command_stops_where_numpy_would_warn():
     with np.errstate(divide="ignore"):
         command = COMMANDS[np.true_divide]((a, zero), {"out": out}, np.geterr())
     assert run(command)[0] == -1
+
+
+def spread(rng, shape, dtype):
+    """Values of many magnitudes and both signs (so that the order of a sum shows in its bits), some
+    zeros of both signs."""
+    x = np.asarray(rng.normal(size=shape) * 10.0 ** rng.integers(-4, 5, size=shape), dtype)
+    x.flat[::9] = 0.0
+    x.flat[1::13] = -0.0
+    return x
+
+
+SUM = _method_caller("sum")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_sums_give_numpys_bits_for_every_row_length(axis, dtype):
+    """Along the inner axis numpy sums pairwise (in 8 running sums up to 128 elements, split above),
+    across it in order of the rows: every length up to three splits deep."""
+    rng = np.random.default_rng(5)
+    for n in [*range(2, 140), 255, 256, 257, 300, 512, 513, 1000, 1030, 2049]:
+        a = spread(rng, (3, n) if axis == -1 else (n, 3), dtype)
+        out = np.empty(3, dtype)
+        command = COMMANDS[SUM]((a,), {"axis": (axis,), "out": out}, np.geterr())
+        run(command)
+        assert out.tobytes() == a.sum(axis=axis).tobytes(), n
+
+
+@pytest.mark.parametrize("axis, keepdims", [((2,), True), ((1, 2), False), ((0, 1), True), ((0,), False)])
+def test_a_sum_over_several_axes_and_all_zeros(axis, keepdims):
+    rng = np.random.default_rng(6)
+    for a in (spread(rng, (4, 5, 6), np.float32), np.full((4, 5, 6), -0.0, np.float32)):
+        want = a.sum(axis=axis, keepdims=keepdims)
+        out = np.empty_like(want)
+        run(COMMANDS[SUM]((a,), {"axis": axis, "keepdims": keepdims, "out": out}, np.geterr()))
+        assert out.tobytes() == want.tobytes()
+
+
+def test_a_sum_numpy_would_do_otherwise_is_no_command():
+    a, out = np.ones((4, 6)), np.empty(6)
+    assert COMMANDS[SUM]((a,), {"axis": 1, "out": np.empty(4)}, np.geterr()) is not None
+    assert COMMANDS[SUM]((a.T,), {"axis": 1, "out": out}, np.geterr()) is None             # not C-contiguous
+    assert COMMANDS[SUM]((np.ones((4, 5, 6)),), {"axis": 1, "out": np.empty((4, 6))}, {}) is None   # a middle axis
+    assert COMMANDS[SUM]((a,), {"axis": 0, "dtype": np.float32, "out": out}, {}) is None
+    assert COMMANDS[SUM]((np.ones((1, 6)),), {"axis": 0, "out": out}, {}) is None          # one row: a copy
+
+
+def test_a_sum_stops_where_numpy_would_warn_of_overflow():
+    a, out = np.full((2, 3), 3e38, np.float32), np.empty(2, np.float32)
+    with np.errstate(over="warn"):
+        program = run(COMMANDS[SUM]((a,), {"axis": 1, "out": out}, np.geterr()))
+    assert program[0] == 1
 
 
 def test_a_concatenation_is_copies_of_rows():

@@ -240,10 +240,10 @@ class NativeForm:
         places = _Places(arena, inputs, statements, self._held)
         words = [-1]
         patches: list = []          # (word, input, offset)
-        self._redo: dict = {}       # the first word of a checked command -> (numpy function, its operands)
+        self._redo: dict = {}       # the first word of a checked command -> (numpy call, operands, end word)
         natives: dict = {}          # statement -> (first word, end word, its result as a statement or None)
         refreshes: dict = {}        # statement -> the statement writing its command's cells
-        self._skip = -1             # the first word of a command whose call ran in Python instead
+        self._skip = (-1, -1)       # the first and end words of a command whose call ran in Python instead
         steady = set(range(len(inputs)))   # slots whose arrays lie where they lay at the probe, or in an input
         for index, st in enumerate(statements):
             found = probe.commands.get(index)
@@ -273,10 +273,10 @@ class NativeForm:
             if command.redo is not None:
                 fn, operands = command.redo
                 self._redo[first] = (fn, [(first + p, x.shape, x.strides, x.dtype) if x.__class__ is np.ndarray
-                                          else x for p, x in zip(command.addresses, operands)])
+                                          else x for p, x in zip(command.addresses, operands)], len(words))
             natives[index] = (first, len(words), _stub(statements[index], result))
             if command.refresh is not None:
-                refreshes[index] = self._refresh_statement(st, first, result, command.refresh)
+                refreshes[index] = self._refresh_statement(st, (first, len(words)), result, command.refresh)
         self.program = np.array(words, np.int64)
         self._address = self.program.ctypes.data
         self._patch_at = np.array([w for w, _, _ in patches], np.intp)
@@ -291,16 +291,16 @@ class NativeForm:
         self.n_products = sum(native_runner.GEMM <= t < native_runner.COPY for t in tags)
         self.n_python = len(statements) - len(natives)
 
-    def _refresh_statement(self, st, first: int, result, refresh):
+    def _refresh_statement(self, st, words: tuple, result, refresh):
         """A statement calling `_refreshed` with the arguments ``st`` calls its callable with."""
         start, end = native_text(st.text)
         n_before = _count(st.text[:start])
         call = st.params[n_before:n_before + _count(st.text[start:end])]
         return st._replace(text="$($, $, $, $, " + st.text[start + 2:end],
-                           params=[self._refreshed, first, result, refresh, *call], dead=[], writes=())
+                           params=[self._refreshed, words, result, refresh, *call], dead=[], writes=())
 
-    def _refreshed(self, first: int, result, refresh, fn, /, *args, **kwargs) -> None:
-        """Write the cells of the command at word ``first`` from this call's arguments. Where they are
+    def _refreshed(self, words: tuple, result, refresh, fn, /, *args, **kwargs) -> None:
+        """Write the cells of the command at ``words`` (first, end) from this call's arguments. Where they are
         not of the kinds it was made for, make the call in Python instead, its results copied into
         the command's (``result``, which later statements read), and skip the command."""
         if refresh[0](args, kwargs):
@@ -314,7 +314,7 @@ class NativeForm:
         for m, k in zip(made, kept):
             if m is not k:
                 np.copyto(k, m)
-        self._skip = first
+        self._skip = words
 
     def _segments(self, statements: list, natives: dict, refreshes: dict, outputs: list) -> tuple[list, int]:
         needed = set(outputs)
@@ -372,9 +372,8 @@ class NativeForm:
         """Run the commands from word ``first`` to word ``end``; a product whose floating-point check
         failed is done again by numpy, which raises or warns as its error state says."""
         program = self.program
-        if first == self._skip:   # its call ran in Python (`_refreshed`)
-            self._skip = -1
-            first += native_runner.command_size(program, first)
+        if first == self._skip[0]:   # its call ran in Python (`_refreshed`)
+            first, self._skip = self._skip[1], (-1, -1)
             if first >= end:
                 return
         while True:
@@ -383,10 +382,9 @@ class NativeForm:
             if stopped < 0:
                 return
             program[0] = -1
-            fn, operands = self._redo[stopped]
+            fn, operands, first = self._redo[stopped]
             *args, out = [_array_at(int(program[x[0]]), *x[1:]) if x.__class__ is tuple else x for x in operands]
             fn(*args, out=out)
-            first = stopped + native_runner.command_size(program, stopped)
             if first >= end:
                 return
 

@@ -5,8 +5,8 @@ and ``ndarray.sum`` to the function that gives a call's `minflux.runtime.native_
 None where the call is not one the runner does as numpy does. Arithmetic qualifies on float32 or
 float64 arrays of the result's dtype (or Python numbers, converted to it as numpy converts them)
 whose elements are read whole or once per row, written into an ``out`` that overlaps no operand
-(except as that very operand where no floating-point check applies: a checked command whose check
-fails is done again by numpy from its operands); IEEE arithmetic rounds each element the same way in any loop, so the
+except as that very operand (checked in place, the result goes to a scratch array first and over the
+operand once the check passed, so that a check that fails leaves numpy the operands to start again); IEEE arithmetic rounds each element the same way in any loop, so the
 bits are numpy's (a NaN's payload aside, where both operands are NaN), and numpy's floating-point
 checks are kept (`native_runner`). A concatenation qualifies when every array and ``out`` are
 C-contiguous of one dtype: it is a copy of rows. A sum qualifies over the leading or the trailing
@@ -81,14 +81,27 @@ def _map_command(op: int):
         flags = native_runner.fp_flags(errstate)
         if None in laid or written is None or written[1] != 1 and shape and shape[-1] > 1 or flags is None:
             return None
-        for x in operands:   # in place, a flagged command could not be done again from its operands
-            if np.may_share_memory(x, out) and (flags or not (x.shape == shape and x.strides == out.strides
-                                                              and pointers([x]) == pointers([out]))):
-                return None
+        in_place = False
+        for x in operands:
+            if np.may_share_memory(x, out):
+                if not (x.shape == shape and x.strides == out.strides and pointers([x]) == pointers([out])):
+                    return None
+                in_place = True
         rows, cols = (math.prod(shape[:-1]), shape[-1]) if shape else (1, 1)
         (pa, pb, po) = pointers([*operands, out])
-        return map_words(op, dtype, rows, cols, (pa, *laid[0]), (pb, *laid[1]), (po, written[0], 1), flags,
-                         (fn, (*redo, out)), tuple(held))
+        if not (in_place and flags):
+            return map_words(op, dtype, rows, cols, (pa, *laid[0]), (pb, *laid[1]), (po, written[0], 1), flags,
+                             (fn, (*redo, out)), tuple(held))
+        # checked in place: into a scratch array, copied over the operand only once the check passed,
+        # so that numpy can do the call again from its operands
+        scratch = np.empty((rows, cols), dtype)
+        row = cols * out.itemsize
+        into = map_words(op, dtype, rows, cols, (pa, *laid[0]), (pb, *laid[1]), (scratch.ctypes.data, row, 1), flags,
+                         (fn, (*redo, out)), (*held, scratch))
+        back = copy_words(rows, row, (scratch.ctypes.data, row), (po, written[0]))
+        src, dst = (len(into.words) + p for p in back.addresses)
+        a, b, written_to = into.addresses   # the operands, then the result (as its redo lists them)
+        return into._replace(words=into.words + back.words, addresses=(a, b, dst, written_to, src))
 
     return command
 

@@ -261,7 +261,8 @@ def test_an_operation_in_place_gives_eagers_values_when_its_data_overflow_after_
             got = step(a, 1e308 * b if k > 20 else b)
         assert bits(got) == bits(want), f"call {k}"
         assert [str(w.message) for w in replay_warnings] == [str(w.message) for w in eager_warnings]
-    assert step.recordings == 1 and native_form(step) is not None
+    # the sum in place runs natively (through a scratch array); the product into its factor does not
+    assert step.recordings == 1 and native_form(step).n_commands == (2 if fn is add_in_place else 1)
 
 
 def test_an_input_laid_out_otherwise_runs_the_python_form(numpys_product):

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..runtime import settings
 from ..runtime.kernel_loader import Kernel, load_kernel
-from ..runtime.native_runner import MAX_KERNEL_ARGUMENTS, function_address, kernel_words
+from ..runtime.native_runner import MAX_KERNEL_ARGUMENTS, copy_words, function_address, kernel_words
 from ..runtime.pointers import pointers
 from ..runtime.row_pool import run_rows
 from ..runtime.threads import PARALLEL_MIN_ELEMENTS, threads_now
@@ -378,26 +378,58 @@ class Launcher:
     def command(self, arrays: list, out: list):
         """The native runner's `Command` (`minflux.runtime.native_runner.kernel_words`) for what
         ``self(arrays, out)`` does, or None where that is more than one call of the kernel on this
-        thread into ``out`` (an array input read through a copy, rows in chunks or over threads, an
-        output left new, no elements). A numpy scalar input is read from a cell of its own, which
-        the command's ``refresh`` writes from each call's scalar of the same type (as functions of
-        ``arrays``)."""
+        thread into ``out`` (an input broadcast through a copy, rows in chunks or over threads, an
+        output left new, no elements). An input the kernel reads through a copy is copied by the
+        command (rows of bytes) into the copy the probe made; a numpy scalar input is read from a
+        cell of its own, which the command's ``refresh`` writes from each call's scalar of the same
+        type (as functions of ``arrays``)."""
         total = self.plan.total
         if (not total or len(self.chunks) != 1 or total >= PARALLEL_MIN_ELEMENTS or any(o is None for o in out)
                 or 2 + len(self.head) + len(arrays) + len(out) > MAX_KERNEL_ARGUMENTS):
             return None
-        read, cells = self._read(arrays), []
+        read, cells, gathers = self._read(arrays), [], []
         for k, how in self.reads:
-            if how in COPIES:
-                if how != READ_COPY or arrays[k].__class__ is np.ndarray:   # array data, copied anew each call
+            if how == READ_COPY and arrays[k].__class__ is np.ndarray:   # its rows copied into the probe's copy
+                gathers.append(_gather(arrays[k], read[k]))
+                if gathers[-1] is None:
+                    return None
+            elif how in COPIES:
+                if how != READ_COPY:   # a broadcast copy
                     return None
                 cells.append((k, arrays[k].__class__, read[k]))
         command = kernel_words(function_address(self.kernel.call), [0, self.plan.rows, *self.head],
                                pointers([*read, *out]))
-        if not cells:
+        if gathers:
+            words, addresses = [], []
+            for c in (*gathers, command):
+                addresses += [len(words) + p for p in c.addresses]
+                words += c.words
+            command = command._replace(words=words, addresses=tuple(addresses))
+        copies = tuple(read[k] for k, how in self.reads if how in COPIES)
+        if not copies:
             return command
-        return command._replace(held=tuple(cell for _, _, cell in cells),
-                                refresh=(functools.partial(_refresh, cells), lambda a: [a[k] for k, _, _ in cells]))
+        return command._replace(held=copies, refresh=None if not cells else (
+            functools.partial(_refresh, cells), lambda a: [a[k] for k, _, _ in cells]))
+
+
+def _gather(a: np.ndarray, into: np.ndarray):
+    """The copy command (`minflux.runtime.native_runner.copy_words`) of ``a``'s elements into
+    C-contiguous ``into``: rows of contiguous bytes a uniform stride apart, or None where ``a`` is not
+    so laid out."""
+    dims = [(n, stride) for n, stride in zip(a.shape, a.strides) if n != 1]
+    row = a.itemsize
+    while dims and dims[-1][1] == row:
+        row *= dims.pop()[0]
+    rows, step = 1, row
+    if dims:
+        rows, step = dims.pop()
+        for n, stride in reversed(dims):
+            if stride != step * rows:
+                return None
+            rows *= n
+    if step < row:   # backwards, or rows that overlap
+        return None
+    return copy_words(rows, row, (a.ctypes.data, step), (into.ctypes.data, row))
 
 
 def _refresh(cells: list, arrays: list) -> bool:

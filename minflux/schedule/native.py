@@ -286,7 +286,11 @@ class NativeForm:
         self._patch_which = np.array([used.index(i) for _, i, _ in patches], np.intp)
         self.statements, self.n_segments = self._segments(statements, natives, refreshes, outputs)
         self.n_commands = len(natives)
-        tags = [int(self.program[first]) for first, _, _ in natives.values()]
+        tags = []   # of every runner command (a statement's command may be several)
+        for first, end, _ in natives.values():
+            while first < end:
+                tags.append(int(self.program[first]))
+                first += native_runner.command_size(self.program, first)
         self.n_kernels = tags.count(native_runner.KERNEL)
         self.n_products = sum(native_runner.GEMM <= t < native_runner.COPY for t in tags)
         self.n_python = len(statements) - len(natives)

@@ -196,6 +196,21 @@ def test_a_command_reading_a_cell_gets_each_calls_value_or_its_call_runs_in_pyth
     assert native_form(step).n_commands == 2   # the copy in and the sum
 
 
+def scaled_last_column(x):
+    y = np.multiply(x, 1.0)
+    return np.multiply(scaled_by(y[:, -1:], 2.0), 1.0)   # a column: read by the kernel through a copy
+
+
+def test_a_kernel_reading_a_strided_input_copies_it_natively_and_equals_eager():
+    rng = np.random.default_rng(13)
+    step = mf.compile(scaled_last_column)
+    for k in range(CALLS):
+        x = rng.normal(size=(9, 5))
+        assert bits(step(x)) == bits(scaled_last_column(x)), f"call {k}"
+    if mf.get_elementwise_backend() == "numba":
+        assert native_form(step).n_kernels == 1
+
+
 def sums_both_ways(x):
     y = np.multiply(x, 1.0)
     return np.multiply(np.add(y.sum(axis=1, keepdims=True), y.sum(axis=0)), 1.0)

@@ -260,3 +260,20 @@ def test_a_launch_reading_a_numpy_scalar_is_a_command_whose_cell_each_call_write
         native_runner.run(program, 1, len(program))
         assert out.tolist() == (np.arange(3.0) * s).tolist()
     assert not write([arrays[0], np.float32(7.0)])
+
+
+@pytest.mark.parametrize("view", ["column", "every other row", "transposed", "reversed"])
+def test_a_strided_input_is_gathered_by_rows_of_bytes_or_not_at_all(view):
+    from minflux.runtime import native_runner
+
+    base = np.arange(48.0).reshape(6, 8)
+    a = {"column": base[:, 3:4], "every other row": base[::2, 1:6], "transposed": base.T,
+         "reversed": base[::-1]}[view]
+    into = np.empty(a.shape)
+    command = numba_backend._gather(a, into)
+    if view in ("transposed", "reversed"):
+        assert command is None
+        return
+    program = np.array([-1, *command.words], np.int64)
+    native_runner.run(program, 1, len(program))
+    assert into.tolist() == a.tolist()

@@ -164,7 +164,14 @@ def native_command(a, b, out, errstate: dict):
 
 def _matmul_command(args: tuple, kwargs: dict, errstate: dict):
     out = kwargs.get("out", args[2] if len(args) > 2 else None)
-    return None if out is None or len(args) < 2 else native_command(args[0], args[1], out, errstate)
+    if out is None or len(args) < 2:
+        return None
+    a, b = args[:2]
+    if a.__class__ is np.ndarray and a.ndim > 2 and out.__class__ is np.ndarray and out.ndim == a.ndim:
+        if not (a.flags.c_contiguous and out.flags.c_contiguous):   # rows times one matrix, as matmul does it
+            return None
+        a, out = a.reshape(-1, a.shape[-1]), out.reshape(-1, out.shape[-1])
+    return native_command(a, b, out, errstate)
 
 
 matmul.__wrapped_operation__.native_command = _matmul_command   # what a recording of matmul calls

@@ -66,12 +66,12 @@ def product_then_tanh(a, b):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("layout", ["C", "transposed"])
+@pytest.mark.parametrize("layout", ["C", "transposed", "rows of a 3-D array"])
 def test_a_native_product_of_new_arrays_each_call_equals_eager(dtype, layout, numpys_product):
     rng = np.random.default_rng(0)
     step = mf.compile(product_then_tanh)
     for k in range(CALLS):
-        a = rng.normal(size=(6, 5)).astype(dtype)
+        a = rng.normal(size=(2, 3, 5) if layout == "rows of a 3-D array" else (6, 5)).astype(dtype)
         b = rng.normal(size=(5, 7)).astype(dtype)
         if layout == "transposed":
             b = np.asfortranarray(b)

@@ -89,6 +89,10 @@ def operation(fn: Callable | None = None, *, replayed: Callable | None = None, r
     declares the results of the callable ``replayed`` gives as ``results`` does ``fn``'s (by default
     the same). The declaration is kept with the operation (`declared`); ``fn`` itself is left as it is.
 
+    The types, shapes and dtypes of ``fn``'s results must follow from its arguments' and constants, as
+    numpy's do, never from the values in them: a replay plans what follows on them, and checks them
+    for an operation from outside minflux, raising `NotReplayable` where they differ.
+
     >>> import numpy as np
     >>> operation(np.negative)(np.ones(1))
     array([-1.])

@@ -65,7 +65,9 @@ class Step(NamedTuple):
 
     ``args`` and ``kwargs`` hold `Ref` in place of traced arrays (inside lists, tuples and dicts too);
     ``out`` mirrors the result the same way, with None where it holds no array; ``declared`` is what
-    the operation ``fn`` declared of its arrays (`Declared`), None when it declared nothing.
+    the operation ``fn`` declared of its arrays (`Declared`), None when it declared nothing; ``kinds``,
+    for an operation from outside minflux (that gives no native commands), the types, shapes and
+    dtypes of its result (`kinds_of`), which a replay checks its results against.
     """
 
     fn: Callable
@@ -74,6 +76,23 @@ class Step(NamedTuple):
     out: Any
     errstate: tuple
     declared: Declared | None = None
+    kinds: tuple | None = None
+
+
+def kinds_of(x):
+    """The type of ``x`` with an array's shape and dtype, through lists, tuples and dicts.
+
+    >>> kinds_of((np.ones(2, np.float32), np.float64(1.0), None))
+    ((<class 'numpy.ndarray'>, (2,), dtype('float32')), (<class 'numpy.float64'>,), (<class 'NoneType'>,))
+    """
+    cls = x.__class__
+    if cls is np.ndarray:
+        return cls, x.shape, x.dtype
+    if cls is list or cls is tuple:
+        return tuple(kinds_of(item) for item in x)
+    if cls is dict:
+        return tuple((key, kinds_of(value)) for key, value in x.items())
+    return (cls,)
 
 
 def user_line() -> str:
@@ -171,7 +190,11 @@ class Recording:
             instead = replayed(*raw_args, **raw_kwargs)
             if instead is not None:
                 fn, declared = instead, replayed_declared
-        self.steps.append(Step(fn, ref_args, ref_kwargs, out, self._errstate(), declared))
+        kinds = None
+        if declared is not None and not (getattr(fn, "__module__", None) or "").startswith("minflux.") \
+                and getattr(fn, "native_command", None) is None:
+            kinds = kinds_of(result)   # what a replay of someone else's operation must give again
+        self.steps.append(Step(fn, ref_args, ref_kwargs, out, self._errstate(), declared, kinds))
         return wrapped
 
     def _errstate(self) -> tuple:

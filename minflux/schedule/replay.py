@@ -46,7 +46,7 @@ import numpy as np
 from ..runtime import native_runner, settings
 from . import native
 from .buffers import Plan, plan_buffers
-from .recorder import Recording, Ref
+from .recorder import NotReplayable, Recording, Ref, kinds_of
 
 COMPILE_AFTER = 64
 """Replays run as a program of per-step functions before the schedule is compiled into one function.
@@ -210,6 +210,9 @@ def _render(step) -> tuple[str, list, list, list]:
     params: list = [step.fn]
     reads: list = []
     pieces = []
+    if step.kinds is not None:   # called through the check of its results' kinds
+        params[:0] = [_OfKinds(step.fn, step.kinds)]
+        pieces.append("$")
     for a in step.args:
         cls = a.__class__
         if cls is Ref:
@@ -238,6 +241,41 @@ def _render(step) -> tuple[str, list, list, list]:
         return ", ".join(names) + ("," if len(names) == 1 else "") + " = " + call, params, reads, writes
     params.extend(writes)
     return "_r = " + call + "".join(f"; @ = {path}" for _, path in targets), params, reads, writes
+
+
+class _OfKinds:
+    """``fn`` (an operation from outside minflux) checked to give results of the types, shapes and
+    dtypes it gave when recorded: a replay plans what follows on them."""
+
+    __slots__ = ("fn", "kinds")
+
+    def __init__(self, fn, kinds: tuple):
+        self.fn, self.kinds = fn, kinds
+
+    @property
+    def steady_results(self) -> bool:   # `minflux.schedule.native`
+        return getattr(self.fn, "steady_results", False)
+
+    def __call__(self, fn, *args, **kwargs):
+        result = fn(*args, **kwargs)
+        if kinds_of(result) != self.kinds:
+            name = getattr(fn, "__qualname__", repr(fn))
+            raise NotReplayable(
+                f"operation {name} gave {_described(kinds_of(result))} where its recording gave "
+                f"{_described(self.kinds)}: an operation's results must take their types, shapes and dtypes "
+                "from its arguments' and its constants, not from their values; make that choice outside it")
+        return result
+
+
+def _described(kinds) -> str:
+    """``kinds`` (`kinds_of`) in words."""
+    first = kinds[0] if kinds else None
+    if first is np.ndarray:
+        return f"a {kinds[2]} array of shape {kinds[1]}"
+    if isinstance(first, type) and len(kinds) == 1:
+        return first.__name__
+    return "(" + ", ".join(f"{k[0]!r}: {_described(k[1])}" if len(k) == 2 and not isinstance(k[0], (type, tuple))
+                           else _described(k) for k in kinds) + ")"
 
 
 def _expression(x, params: list, reads: list) -> str:

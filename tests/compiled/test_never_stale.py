@@ -442,3 +442,40 @@ def test_library_objects_are_keyed_by_identity_and_namespaces_are_walked():
         settings.scale = scale
         assert same(f(np.ones(2), settings), np.full(2, scale))
     assert f.recordings == 2 and f.replays == 2
+
+
+@mf.operation(results="new")
+def mean_in_a_dtype_the_data_choose(x):
+    """float64 where the mean is positive, else float32: a result type chosen by the values."""
+    return x.astype(np.float64 if x.mean() > 0 else np.float32)
+
+
+def tripled_mean_in_either_dtype(x):
+    y = np.multiply(x, 1.0)   # a native command, where a native form is built
+    return np.multiply(np.multiply(mean_in_a_dtype_the_data_choose(y), 3.0), 1.0)
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_an_operation_whose_result_dtype_the_data_choose_is_refused_not_replayed_wrong(native, monkeypatch):
+    """What follows it was planned on the recorded dtype (a float32 buffer would take float64 values
+    silently): the replay refuses, naming the operation."""
+    from minflux.runtime import native_runner, settings
+
+    monkeypatch.setattr("minflux.schedule.replay.COMPILE_AFTER", 5)
+    native_runner.load_runner()
+    settings.set("native_replay", native)
+    try:
+        step = mf.compile(tripled_mean_in_either_dtype)
+        rng = np.random.default_rng(0)
+        for k in range(20):
+            x = (rng.normal(size=5) - 3).astype(np.float32)
+            assert step(x).tobytes() == tripled_mean_in_either_dtype(x).tobytes()
+        (entry,) = step._entries.values()
+        assert (entry.replay.native is not None) == native
+        x = (rng.normal(size=5) + 3).astype(np.float32)
+        assert tripled_mean_in_either_dtype(x).dtype == np.float64
+        with pytest.raises(mf.NotReplayable, match="operation mean_in_a_dtype_the_data_choose gave a float64 "
+                                                   "array of shape .5,. where its recording gave a float32 array"):
+            step(x)
+    finally:
+        settings.unset("native_replay")

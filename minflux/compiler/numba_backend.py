@@ -38,7 +38,7 @@ import numpy as np
 
 from ..runtime import settings
 from ..runtime.kernel_loader import Kernel, load_kernel
-from ..runtime.native_runner import MAX_KERNEL_ARGUMENTS, copy_words, function_address, kernel_words
+from ..runtime.native_runner import MAX_KERNEL_ARGUMENTS, copy_words, function_address, kernel_words, sequence
 from ..runtime.pointers import pointers
 from ..runtime.row_pool import run_rows
 from ..runtime.threads import PARALLEL_MIN_ELEMENTS, threads_now
@@ -46,7 +46,7 @@ from .dtypes import kind_dtype
 from .errors import CompileError
 from .ifconvert import prepare
 from .ir import Assign, Break, Call, Continue, Function, If, Loop, Return, Var, has_loops
-from .layout import READ_BROADCAST_COPY, READ_COPY, Plan, read
+from .layout import READ_BROADCAST_COPY, READ_COPY, Plan, read, row_stride
 from .rules import TABLE
 
 # the IR's pseudo-ops; every table primitive is spelled on its row (`minflux.compiler.rules`)
@@ -400,11 +400,7 @@ class Launcher:
         command = kernel_words(function_address(self.kernel.call), [0, self.plan.rows, *self.head],
                                pointers([*read, *out]))
         if gathers:
-            words, addresses = [], []
-            for c in (*gathers, command):
-                addresses += [len(words) + p for p in c.addresses]
-                words += c.words
-            command = command._replace(words=words, addresses=tuple(addresses))
+            command = sequence(*gathers, command)
         copies = tuple(read[k] for k, how in self.reads if how in COPIES)
         if not copies:
             return command
@@ -416,20 +412,16 @@ def _gather(a: np.ndarray, into: np.ndarray):
     """The copy command (`minflux.runtime.native_runner.copy_words`) of ``a``'s elements into
     C-contiguous ``into``: rows of contiguous bytes a uniform stride apart, or None where ``a`` is not
     so laid out."""
-    dims = [(n, stride) for n, stride in zip(a.shape, a.strides) if n != 1]
-    row = a.itemsize
-    while dims and dims[-1][1] == row:
-        row *= dims.pop()[0]
-    rows, step = 1, row
-    if dims:
-        rows, step = dims.pop()
-        for n, stride in reversed(dims):
-            if stride != step * rows:
-                return None
-            rows *= n
-    if step < row:   # backwards, or rows that overlap
+    inner = 1   # the elements of its innermost contiguous run
+    for n, stride in reversed([(n, stride) for n, stride in zip(a.shape, a.strides) if n != 1]):
+        if stride != inner * a.itemsize:
+            break
+        inner *= n
+    step = row_stride(a, inner)
+    if step is None or step < inner:   # not rows, or rows that overlap
         return None
-    return copy_words(rows, row, (a.ctypes.data, step), (into.ctypes.data, row))
+    row = inner * a.itemsize
+    return copy_words(a.size // inner, row, (a.ctypes.data, step * a.itemsize), (into.ctypes.data, row))
 
 
 def _refresh(cells: list, arrays: list) -> bool:

@@ -56,7 +56,7 @@ from .native_runner_ir import (COPY, COPY_WORDS, GEMM, GEMM_VARIANTS, GEMM_WORDS
 __all__ = ["COPY", "Command", "GEMM", "GEMM_VARIANTS", "KERNEL", "MAP", "MAP_DTYPES", "MAP_OPERATIONS",
            "MAX_KERNEL_ARGUMENTS", "SUM", "command_size", "copy_words", "fp_flags", "function_address",
            "gemm_words", "kernel_words", "load_runner", "map_tag", "map_words", "numpy_gemm", "run", "runner_ready",
-           "sum_words"]
+           "sequence", "sum_words"]
 
 
 class Command(NamedTuple):
@@ -166,6 +166,19 @@ def copy_words(rows: int, size: int, src: tuple, dst: tuple) -> Command:
     [[0.0, 0.0, 1.0], [0.0, 2.0, 3.0]]
     """
     return Command([COPY, 0, rows, size, src[0], src[1], dst[0], dst[1]], (4, 6))
+
+
+def sequence(*commands: Command) -> Command:
+    """``commands`` one after the other, as one command (their words and addresses; nothing else).
+
+    >>> sequence(copy_words(1, 8, (10, 0), (20, 0)), copy_words(1, 8, (30, 0), (40, 0))).addresses
+    (4, 6, 12, 14)
+    """
+    words, addresses = [], []
+    for command in commands:
+        addresses += [len(words) + p for p in command.addresses]
+        words += command.words
+    return Command(words, tuple(addresses))
 
 
 def command_size(program: np.ndarray, at: int) -> int:

@@ -85,6 +85,17 @@ def _count(text: str) -> int:
     return len(_PLACEHOLDER.findall(text))
 
 
+def _call(st) -> tuple | None:
+    """(where the call of statement ``st`` starts and ends in its text, where its callable is among its
+    params and where the params after the call start), or None where it calls nothing."""
+    span = native_text(st.text)
+    if span is None:
+        return None
+    start, end = span
+    first = _count(st.text[:start])
+    return start, end, first, first + _count(st.text[start:end])
+
+
 def command_of(fn):
     """The function giving a call of ``fn``'s native command, or None.
 
@@ -201,14 +212,13 @@ def probed(statements: list, probe: Probe) -> list:
     """
     result = []
     for index, st in enumerate(statements):
-        span = native_text(st.text)
-        if span is not None:
-            start, _ = span
-            n_before = _count(st.text[:start])
-            fn = st.params[n_before]
+        call = _call(st)
+        if call is not None:
+            start, _, first, _ = call
+            fn = st.params[first]
             if command_of(fn) is not None or getattr(fn, "steady_results", False):
                 st = st._replace(text=st.text[:start] + "$($, $, " + st.text[start + 2:],
-                                 params=[*st.params[:n_before], probe, index, *st.params[n_before:]])
+                                 params=[*st.params[:first], probe, index, *st.params[first:]])
         result.append(st)
     return result
 
@@ -297,11 +307,10 @@ class NativeForm:
 
     def _refresh_statement(self, st, words: tuple, result, refresh):
         """A statement calling `_refreshed` with the arguments ``st`` calls its callable with."""
-        start, end = native_text(st.text)
-        n_before = _count(st.text[:start])
-        call = st.params[n_before:n_before + _count(st.text[start:end])]
+        start, end, first, last = _call(st)
         return st._replace(text="$($, $, $, $, " + st.text[start + 2:end],
-                           params=[self._refreshed, words, result, refresh, *call], dead=[], writes=())
+                           params=[self._refreshed, words, result, refresh, *st.params[first:last]], dead=[],
+                           writes=())
 
     def _refreshed(self, words: tuple, result, refresh, fn, /, *args, **kwargs) -> None:
         """Write the cells of the command at ``words`` (first, end) from this call's arguments. Where they are
@@ -399,9 +408,8 @@ class _Slot(int):
 
 def _symbolic_arguments(st) -> tuple[tuple, dict]:
     """The arguments of the call of statement ``st``, each slot among them a `_Slot`."""
-    start, end = native_text(st.text)
-    n_before = _count(st.text[:start])
-    params = iter(st.params[n_before + 1:])
+    start, end, first, last = _call(st)
+    params = iter(st.params[first + 1:last])
     names: dict = {}
 
     def name(match) -> str:
@@ -421,8 +429,8 @@ def _argument_slots(st, positions: tuple) -> list:
 
 def _callee(st):
     """The callable statement ``st`` calls, or None."""
-    span = native_text(st.text)
-    return None if span is None else st.params[_count(st.text[:span[0]])]
+    call = _call(st)
+    return None if call is None else st.params[call[2]]
 
 
 def _is_view(st) -> bool:
@@ -437,9 +445,8 @@ def _stub(st, result):
     """``st`` with its call replaced by ``result``, or None when it binds nothing."""
     if not st.writes:
         return None
-    start, end = native_text(st.text)
-    n_before = _count(st.text[:start])
-    params = [*st.params[:n_before], result, *st.params[n_before + _count(st.text[start:end]):]]
+    start, end, first, last = _call(st)
+    params = [*st.params[:first], result, *st.params[last:]]
     return st._replace(text=st.text[:start] + "$" + st.text[end:], params=params, reads=())
 
 

@@ -1,4 +1,4 @@
-"""numpy operations of a recorded schedule as native commands: elementwise arithmetic and concatenation.
+"""numpy operations of a recorded schedule as native commands: elementwise arithmetic, sums, concatenation.
 
 `COMMANDS` maps ``np.add``, ``np.subtract``, ``np.multiply``, ``np.true_divide``, ``np.concatenate``
 and ``ndarray.sum`` to the function that gives a call's `minflux.runtime.native_runner.Command`, or
@@ -6,9 +6,10 @@ None where the call is not one the runner does as numpy does. Arithmetic qualifi
 float64 arrays of the result's dtype (or Python numbers, converted to it as numpy converts them)
 whose elements are read whole or once per row, written into an ``out`` that overlaps no operand
 except as that very operand (checked in place, the result goes to a scratch array first and over the
-operand once the check passed, so that a check that fails leaves numpy the operands to start again); IEEE arithmetic rounds each element the same way in any loop, so the
-bits are numpy's (a NaN's payload aside, where both operands are NaN), and numpy's floating-point
-checks are kept (`native_runner`). A concatenation qualifies when every array and ``out`` are
+operand once the check passed, so that a check that fails leaves numpy the operands to start again).
+IEEE arithmetic rounds each element the same way in any loop, so the bits are numpy's (a NaN's
+payload aside, where both operands are NaN), and numpy's floating-point checks are kept
+(`native_runner`). A concatenation qualifies when every array and ``out`` are
 C-contiguous of one dtype: it is a copy of rows. A sum qualifies over the leading or the trailing
 axes of a C-contiguous float32 or float64 array: numpy sums across its inner loop in order and along
 it pairwise, and the runner does the same (checked once against numpy's bits at the probe, like the
@@ -29,7 +30,7 @@ import math
 import numpy as np
 
 from ..runtime import native_runner
-from ..runtime.native_runner import Command, MAP_DTYPES, copy_words, map_words
+from ..runtime.native_runner import Command, MAP_DTYPES, copy_words, map_words, sequence
 from ..runtime.pointers import pointers
 from .traced import _method_caller
 
@@ -98,10 +99,9 @@ def _map_command(op: int):
         row = cols * out.itemsize
         into = map_words(op, dtype, rows, cols, (pa, *laid[0]), (pb, *laid[1]), (scratch.ctypes.data, row, 1), flags,
                          (fn, (*redo, out)), (*held, scratch))
-        back = copy_words(rows, row, (scratch.ctypes.data, row), (po, written[0]))
-        src, dst = (len(into.words) + p for p in back.addresses)
-        a, b, written_to = into.addresses   # the operands, then the result (as its redo lists them)
-        return into._replace(words=into.words + back.words, addresses=(a, b, dst, written_to, src))
+        both = sequence(into, copy_words(rows, row, (scratch.ctypes.data, row), (po, written[0])))
+        a, b, written_to, src, dst = both.addresses
+        return into._replace(words=both.words, addresses=(a, b, dst, written_to, src))   # as its redo lists them
 
     return command
 
@@ -118,18 +118,16 @@ def _concatenate_command(args: tuple, kwargs: dict, errstate: dict) -> Command |
         return None
     axis = axis % out.ndim
     rows, row = math.prod(out.shape[:axis]), math.prod(out.shape[axis:]) * out.itemsize
-    words, addresses, offset = [], [], 0
+    copies, offset = [], 0
     *sources, destination = pointers([*arrays, out])
     for x, address in zip(arrays, sources):
         size = math.prod(x.shape[axis:]) * x.itemsize
         if size and rows:
-            copy = copy_words(rows, size, (address, size), (destination + offset, row))
-            addresses += [len(words) + p for p in copy.addresses]
-            words += copy.words
+            copies.append(copy_words(rows, size, (address, size), (destination + offset, row)))
         offset += size
-    if offset != row or not words:
+    if offset != row or not copies:
         return None
-    return Command(words, tuple(addresses))
+    return sequence(*copies)
 
 
 _SUM_MAX_COLUMNS = 8192   # numpy's reduction buffer: longer rows may be summed in pieces

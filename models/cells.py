@@ -30,6 +30,19 @@ def boundary(x, slope):
 
 
 @mf.elementwise
+def detect_boundary(x, slope):
+    """`boundary` broadcast as a kernel of its own: ``z`` and its straight-through partial come out of
+    one pass (a `scalar_rule` applied to arrays directly computes its value, then its rule with array
+    operations), and the broadcast's ``mode`` applies to it.
+
+    >>> import numpy as np
+    >>> mf.gradient(lambda x: mf.sum(mf.broadcast(detect_boundary, x, 2.0)), np.array([-0.3, 0.2, 0.7]))[0]
+    array([1., 1., 0.])
+    """
+    return boundary(x, slope)
+
+
+@mf.elementwise
 def hm_update(z, z_below, c, h, f, i, o, g):
     """HM-LSTM cell and hidden update with real branches on the boundary states.
 

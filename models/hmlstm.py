@@ -23,7 +23,7 @@ import numpy as np
 import minflux as mf
 
 from .boundaries import MIN_LAYERS
-from .cells import boundary, hm_update, hm_update_blend
+from .cells import detect_boundary, hm_update, hm_update_blend
 from .output import GatedOutput
 
 CELL_FORMS = {"branch": hm_update, "blend": hm_update_blend}
@@ -150,7 +150,7 @@ class HMLSTMLayer(mf.nn.Module):
 
     def _update(self, cell, mode, slope, c, h, z, z_below, f, i, o, g, s_z):
         c_new, h_new = mf.broadcast(cell, z, z_below, c, h, f, i, o, g, mode=mode)
-        z_new = mf.broadcast(boundary, s_z, slope, mode=mode) if s_z is not None else z
+        z_new = mf.broadcast(detect_boundary, s_z, slope, mode=mode) if s_z is not None else z
         return c_new, h_new, z_new
 
     def _normalised_preactivation(self, h, z, h_above, bottom_up, z_below):

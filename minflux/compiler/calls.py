@@ -66,6 +66,7 @@ def call_object(fe, target, name: str, args: list, node):
     if rule is not None:
         need(rule.arity)
         fe.subroutines.update(rule.subroutines())
+        fe.bindings.extend(rule.bindings())
         return fe.call(rule.op, tuple(args), node)
     inlined = getattr(target, "__scalar_function__", None)
     if callable(inlined):

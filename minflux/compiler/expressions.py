@@ -258,13 +258,15 @@ class ExpressionFunction:
     def compiled(self) -> CompiledFunction:
         """The `CompiledFunction` of this structure (built on first use, then shared)."""
         cf = _built.get(self.key)
-        if cf is None:
+        if cf is None or cf.parsed.bindings and not cf.valid(None):
             function = self.function()
             if len(_built) >= _BUILT_LIMIT:
                 # the oldest structure goes; its machine code stays loaded in the backend and on disk,
                 # so building that structure again redoes the IR passes only
                 del _built[next(iter(_built))]
-            cf = _built[self.key] = CompiledFunction(None, Parsed(function, []))
+            rules = {id(rule): rule for c in self.calls if (rule := rule_of(c.row)) is not None}
+            bindings = [b for rule in rules.values() for b in rule.bindings()]
+            cf = _built[self.key] = CompiledFunction(None, Parsed(function, bindings))
             cf.name = function.name
         return cf
 

@@ -19,6 +19,7 @@ from .compiled_function import compiled, primal
 from .errors import CompileError
 from .kinds import infer_kinds
 from .rules import define
+from .source import Binding, resolve_free_name
 
 
 RULES: dict[str, "ScalarRule"] = {}  # derivative-table name -> rule, for code that emits calls to it
@@ -97,6 +98,7 @@ class ScalarRule:
             _check_signature(fn, j, rule, self.arity)
         self.op = _unique_name(fn)
         self._subroutines: dict | None = None
+        self._parsed = None   # the parse of ``fn`` that `subroutines` was made from
         self.row = define(self.op, self.impl, *self.partials, doc=fn.__doc__ or "")
         RULES[self.op] = self
 
@@ -105,12 +107,45 @@ class ScalarRule:
         return primal(self.fn, *args, launch=self.launch)
 
     def subroutines(self) -> dict:
-        """The typed primal IR of this function (and of the rules it calls), by primitive name."""
-        if self._subroutines is None:
-            parsed = compiled(self.fn).parsed
+        """The typed primal IR of this function (and of the rules it calls), by primitive name, made
+        again once a free name it read has another value."""
+        parsed = compiled(self.fn).parsed
+        if self._parsed is not parsed:
+            self._parsed = parsed
             typed = infer_kinds(parsed.function, ["f"] * self.arity, output_kinds=["f"])
             if typed.n_outputs != 1:
                 raise CompileError(f"a scalar_rule function must return one value; "
                                    f"{self.fn.__qualname__} returns {typed.n_outputs}")
             self._subroutines = {**typed.subroutines, self.op: typed}
         return self._subroutines
+
+    def bindings(self) -> list:
+        """The free names that code calling this rule reads as constants: those of the function's
+        body (its subroutine) and those of the derivative rules (read when they are expanded), as
+        `Binding`s for the caller's validity check, so that changing one compiles the caller again.
+
+        >>> SCALE = 2.0
+        >>> rule = ScalarRule(lambda x: x, (lambda m, x, y: SCALE,))
+        >>> [(b.name, b.value) for b in rule.bindings()]
+        [('SCALE', 2.0)]
+        """
+        found = [Binding(b.fn, b.name, b.value, root=False) for b in compiled(self.fn).parsed.bindings]
+        for rule in self.partials:
+            code = getattr(rule, "__code__", None)
+            if code is None:
+                continue
+            for name in (*code.co_freevars, *_global_names(code)):
+                try:
+                    found.append(Binding(rule, name, resolve_free_name(rule, name), root=False))
+                except NameError:   # an attribute name (``m.where``), not a variable
+                    continue
+        return found
+
+
+def _global_names(code) -> list:
+    """The names ``code`` (and the code nested in it) may read as globals, in order."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names += _global_names(const)
+    return names

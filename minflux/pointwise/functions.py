@@ -48,6 +48,25 @@ class ElementwiseFunction:
     def __call__(self, *args, mode: str = "auto"):
         return broadcast(self.fn, *args, mode=mode)
 
+    def __deepcopy__(self, memo):
+        """Itself, as for a Python function: what it computes is its function's, not data of its own.
+
+        >>> import copy
+        >>> f = elementwise(lambda x: x + 1.0)
+        >>> copy.deepcopy(f) is f
+        True
+        """
+        return self
+
+    def guard_children(self) -> list:
+        """What `mf.compile`'s guard keys of this function: the scalar function, whose free
+        variables decide its values (the compiled kernels kept here are caches of it).
+
+        >>> [name for name, _ in elementwise(lambda x: x + 1.0).guard_children()]
+        ['fn']
+        """
+        return [("fn", self.fn)]
+
     def __repr__(self):
         return f"<elementwise {self.fn.__qualname__}>"
 
@@ -90,6 +109,20 @@ class ScalarRuleFunction:
 
     def __call__(self, *args):
         return apply_primitive(self.__scalar_rule__.op, *args)
+
+    def __deepcopy__(self, memo):
+        """Itself, as for a Python function (`ElementwiseFunction.__deepcopy__`)."""
+        return self
+
+    def guard_children(self) -> list:
+        """What `mf.compile`'s guard keys of this function: the scalar function and its derivative
+        rules, whose free variables decide its values and partials (the compiled code kept here is a
+        cache of them).
+
+        >>> [name for name, _ in scalar_rule(lambda m, x, y: 1.0)(lambda x: x).guard_children()]
+        ['fn', 'partials']
+        """
+        return [("fn", self.fn), ("partials", self.__scalar_rule__.partials)]
 
     def __repr__(self):
         return f"<scalar_rule {self.fn.__qualname__}>"

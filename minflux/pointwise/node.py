@@ -40,23 +40,14 @@ def _may_be_nonfinite(x) -> bool:
     return True  # device data: asking would copy to the host; the guarded product is always right
 
 
-def _finite_seed(g):
-    """True when output gradient ``g`` is known finite: the seed (ones), or finite host data (a
-    numpy bool from an operation, so a recorded step checks the data of every replay)."""
-    return True if is_seed_broadcast(g) else _all_finite(g)
+def _finite_seed(g) -> bool:
+    """True when output gradient ``g`` is known finite: the seed (ones), or finite host data."""
+    return is_seed_broadcast(g) or not _may_be_nonfinite(g)
 
 
-@operation(results="new")
-def _all_finite(x):
-    return np.bool_(not _may_be_nonfinite(x))
-
-
-def _times(g, p, fresh: bool = False, g_finite=None):
+def _times(g, p, fresh: bool = False):
     """``g * p`` where a zero factor annihilates: ``0 * inf = 0 * nan = 0`` (see `compiler.rules`).
-
-    Unless ``g`` is the seed, the plain product is checked instead of both factors (one check, not
-    two): where it is finite, no zero met an inf or nan. ``g_finite`` is `_finite_seed(g)` when the
-    caller already knows it (the ``fresh`` path, which overwrites ``p``, checks the factors)."""
+    ``fresh``: ``p`` is a new array no one else holds, which the product may overwrite."""
     if p.__class__ is int or p.__class__ is float:
         if p == 1:
             return g
@@ -64,20 +55,25 @@ def _times(g, p, fresh: bool = False, g_finite=None):
             return get_array_module(g).zeros_like(g)
         return g * p
     if fresh and getattr(p, "shape", None) == getattr(g, "shape", ()) and p.dtype == g.dtype:
-        # p is a new array no one else holds: reuse it (the gradient of a sum needs no pass at all)
-        return _product_into_partial(g, p, is_seed_broadcast(g), g_finite)
+        # reuse p (the gradient of a sum needs no pass at all)
+        return _product_into_partial(g, p, is_seed_broadcast(g))
     return _annihilating_product(g, p, is_seed_broadcast(g))
 
 
+_ONE_TERM = (((0, 0),),)   # the `gradient_sums` structure of one product
+
+
 @operation(results="views", views_of=("p",))
-def _product_into_partial(g, p, seed: bool, g_finite):
+def _product_into_partial(g, p, seed: bool):
     """`_times` into ``p``, whatever the data, so that a replay finds the result where it was: its
-    checks look at the data, so they are one operation."""
+    checks look at the data, so they are one operation. One compiled pass where the arrays allow
+    (`node_kernel`); else a plain product where both factors are finite (no zero can meet an
+    infinity or a NaN), the guarded one otherwise."""
     if seed:
         return p
-    if g_finite is None:
-        g_finite = _finite_seed(g)
-    if g_finite and not _may_be_nonfinite(p):
+    if _one_kernel_applies([g], [p]):
+        return gradient_sums([g], [p], _ONE_TERM, in_place=True)[0]
+    if _finite_seed(g) and not _may_be_nonfinite(p):
         return get_array_module(p).multiply(g, p, out=p)
     p[...] = _guarded(g, p)
     return p
@@ -86,7 +82,9 @@ def _product_into_partial(g, p, seed: bool, g_finite):
 @operation(results="out")
 def _annihilating_product(g, p, seed: bool, out=None):
     """`_times` as a new array (written into ``out`` where given): its checks look at the data, so
-    they are one operation."""
+    they are one operation. The plain product is checked instead of both factors (one check, not
+    two): where it is finite, no zero met an infinity or a NaN. (Its native command is the one
+    compiled pass of `node_kernel`, which gives the same bits.)"""
     product = get_array_module(g, p).multiply(g, p, out=out)
     if seed or not _may_be_nonfinite(product):
         return product   # no 0 * inf or 0 * nan in it: those would have made a nan
@@ -119,8 +117,7 @@ def _gradient_sums_into_partials(grads: list, partials: list, structure: tuple) 
     does them all (or its one term is the product into its partial), else new arrays."""
     if _one_kernel_applies(grads, partials):
         return gradient_sums(grads, partials, structure, in_place=True)
-    finite = [_finite_seed(g) for g in grads]
-    return [_sum_terms([(grads[g], partials[p], finite[g]) for g, p in terms], True) for terms in structure]
+    return [_sum_terms([(grads[g], partials[p]) for g, p in terms], True) for terms in structure]
 
 
 @operation(results="out")
@@ -130,7 +127,7 @@ def _new_gradient_sums(grads: list, partials: list, structure: tuple, out=None) 
         whole = out is not None and not any(o is None for o in out) and _one_kernel_applies(grads, [*partials, *out])
         sums = gradient_sums(grads, partials, structure, sums=out if whole else None)
     else:
-        sums = [_sum_terms([(grads[g], partials[p], None) for g, p in terms], False) for terms in structure]
+        sums = [_sum_terms([(grads[g], partials[p]) for g, p in terms], False) for terms in structure]
     if out is not None:
         for o, s in zip(out, sums):
             if o is not None and o is not s:
@@ -140,12 +137,25 @@ def _new_gradient_sums(grads: list, partials: list, structure: tuple, out=None) 
 
 
 def _sum_terms(terms: list, fresh: bool):
-    """The sum of ``g * p`` over ``terms`` of ``(g, p, g_finite)``, term by term, left to right."""
+    """The sum of ``g * p`` over ``terms`` of ``(g, p)``, term by term, left to right."""
     acc = None
-    for g, p, g_finite in terms:
-        term = _times(g, p, fresh, g_finite)
+    for g, p in terms:
+        term = _times(g, p, fresh)
         acc = term if acc is None else acc + term
     return acc
+
+
+def _product_command(args: tuple, kwargs: dict, errstate: dict):
+    if len(args) != 3 or kwargs or args[2] or not _one_kernel_applies([args[0]], [args[1]]):
+        return None
+    return gradient_sums_command([args[0]], [args[1]], _ONE_TERM)
+
+
+def _annihilating_command(args: tuple, kwargs: dict, errstate: dict):
+    out = kwargs.get("out")
+    if len(args) != 3 or out.__class__ is not np.ndarray or not _one_kernel_applies([args[0]], [args[1], out]):
+        return None
+    return gradient_sums_command([args[0]], [args[1]], _ONE_TERM, sums=[out])
 
 
 def _into_partials_command(args: tuple, kwargs: dict, errstate: dict):
@@ -163,6 +173,8 @@ def _new_sums_command(args: tuple, kwargs: dict, errstate: dict):
 
 
 # what a recording calls
+_product_into_partial.__wrapped_operation__.native_command = _product_command
+_annihilating_product.__wrapped_operation__.native_command = _annihilating_command
 _gradient_sums_into_partials.__wrapped_operation__.native_command = _into_partials_command
 _new_gradient_sums.__wrapped_operation__.native_command = _new_sums_command
 # whether they return views of their arguments or new arrays depends on the arguments' layouts and
@@ -228,9 +240,8 @@ def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], parti
                 for (_, k, _, shape, dtype), acc in zip(wanted, sums):
                     grads[k] = _finish(acc, shape, dtype)
                 return grads
-            finite = _finite_seed(g) if fresh else None
             for _, k, p, shape, dtype in wanted:
-                grads[k] = _finish(_times(g, p, fresh, finite), shape, dtype)
+                grads[k] = _finish(_times(g, p, fresh), shape, dtype)
             return grads
 
     def vjp_multi(gout, needs):
@@ -250,11 +261,10 @@ def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], parti
                 _, k, _, shape, dtype = group[0]
                 grads[k] = _finish(acc, shape, dtype)
             return grads
-        finite = {m: _finite_seed(g) if fresh else None for m, g in enumerate(gout) if g is not None}
         by_argument: dict[int, list] = {}
         meta = {}
         for m, k, p, shape, dtype in wanted:
-            by_argument.setdefault(k, []).append((gout[m], p, finite[m]))
+            by_argument.setdefault(k, []).append((gout[m], p))
             meta[k] = (shape, dtype)
         for k, k_terms in by_argument.items():
             grads[k] = _finish(_sum_terms(k_terms, fresh), *meta[k])

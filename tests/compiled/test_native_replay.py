@@ -133,6 +133,39 @@ def test_layer_norm_row_kernels_run_natively_and_equal_eager_for_72_calls():
 
 
 @mf.elementwise
+def root(x):
+    return mf.sqrt(x)
+
+
+def node_products(x, w):
+    """Gradients through one product per node: sqrt's partial on the tape (kept by its node, so
+    the product is a new array) and a kernel's partial (new, so the product overwrites it); at
+    ``x = 0`` the partial is infinite, and where ``w`` is 0 too the product must be 0."""
+    return mf.gradient(lambda x, w: mf.sum(mf.sqrt(x) * w + mf.broadcast(root, x) * w), x, w)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_node_products_run_natively_and_equal_eager_with_zeros_meeting_infinities(dtype):
+    from minflux.pointwise import node, node_kernel
+
+    rng = np.random.default_rng(9)
+    step = mf.compile(node_products)
+    for k in range(CALLS):
+        x, w = rng.uniform(0, 2, 64).astype(dtype), rng.normal(size=64).astype(dtype)
+        x[rng.integers(0, 64, 8)] = 0.0
+        w[rng.integers(0, 64, 8)] = 0.0
+        w[np.flatnonzero(x == 0)[:2]] = 0.0
+        want = node_products(x, w)
+        assert np.all(want[0][(x == 0) & (w == 0)] == 0) and np.isinf(want[0][(x == 0) & (w != 0)]).all()
+        assert [bits(g) for g in step(x, w)] == [bits(g) for g in want], f"call {k}"
+    if mf.get_elementwise_backend() == "numba":
+        words = set(native_form(step).program.tolist())
+        for in_place in (True, False):
+            kernel = node_kernel._kernel(node._ONE_TERM, 1, 1, np.dtype(dtype), in_place)
+            assert native_runner.function_address(kernel.call) in words
+
+
+@mf.elementwise
 def scaled_by(x, factor):
     return x * factor
 

@@ -68,6 +68,36 @@ def test_module_globals_read_by_the_function_and_by_what_it_calls_are_in_the_key
     assert f.replays > 0 and h.replays > 0
 
 
+WINDOW = 1.0
+
+
+@mf.scalar_rule(lambda m, x, y: m.where(abs(x) < WINDOW, 0.5, 0.0))
+def straight_through(x):
+    return 1.0 if x > 0 else 0.0
+
+
+@mf.elementwise
+def detect(x):
+    return straight_through(x)
+
+
+def detected_gradient(x):
+    return mf.gradient(lambda x: mf.sum(mf.broadcast(detect, x) * x), x)[0]
+
+
+def test_a_global_read_by_a_scalar_rules_derivative_rule_is_in_the_key():
+    global WINDOW
+    x = np.linspace(-1.5, 1.5, 7)
+    f = mf.compile(detected_gradient)
+    try:
+        for window in [1.0, 0.25, 2.0, 1.0] * 18:
+            WINDOW = window
+            assert same(f(x), detected_gradient(x))
+    finally:
+        WINDOW = 1.0
+    assert f.replays > 0
+
+
 def test_an_array_global_updated_in_place_is_an_input_of_the_replay():
     x = np.ones(2)
     f = mf.compile(weighted)

@@ -54,6 +54,23 @@ def data(k: int, shape=(5,), dtype=np.float64):
 
 # -- false refusals: recorded and replayed as eagerly -------------------------------------------
 
+def test_a_scalar_rule_first_compiled_inside_a_recording_replays():
+    """An elementwise function calling a `scalar_rule` made here, so that both are compiled while the
+    recording runs (the compiled code they keep is a cache, not data the guard keys), over 72 calls."""
+    @mf.scalar_rule(lambda m, x, a, y: m.where(abs(x) < 1 / a, a / 2, 0.0))
+    def step(x, a):
+        return 1.0 if x > 0 else 0.0
+
+    @mf.elementwise
+    def detect(x, a):
+        return step(x, a)
+
+    def loss(x):
+        return mf.sum(mf.broadcast(detect, x, 2.0) * x)
+
+    matches_eager(lambda x: mf.withgradient(loss, x), lambda k: (data(k, (40,)),), calls=72)
+
+
 @pytest.mark.parametrize("n", [3, 5000])
 def test_erf_of_an_array_replays(n):
     matches_eager(lambda x: mf.erf(x) * 2.0, lambda k: (data(k, (n,)),))

@@ -165,3 +165,41 @@ def test_rules_that_take_the_arguments_in_any_spelling_are_accepted():
     g = mf.gradient(lambda x, a: mf.sum(product(x, a)), np.array([2.0]), np.array([3.0]))
     np.testing.assert_array_equal(g[0], [3.0])
     np.testing.assert_array_equal(g[1], [2.0])
+
+
+THRESHOLD, WINDOW = 0.0, 1.0   # read by `thresholded`'s body and by its derivative rule
+
+
+@mf.scalar_rule(lambda m, x, y: m.where(abs(x) < WINDOW, 0.5, 0.0))
+def thresholded(x):
+    return 1.0 if x > THRESHOLD else 0.0
+
+
+@mf.elementwise
+def thresholded_times(x, w):
+    return thresholded(x) * w
+
+
+@pytest.mark.parametrize("where", ["arrays", "auto", "mixed", "adjoint", "reverse", "fused"])
+def test_a_rule_reads_the_globals_of_its_body_and_of_its_derivative_again_when_they_change(
+        where, backend, fuse_at_once, rng):
+    """Every kernel compiled from the rule (its own, an elementwise function's, a fused expression's)
+    is compiled again once a global it read as a constant has another value."""
+    global THRESHOLD, WINDOW
+    x, w = rng.uniform(-1.5, 1.5, 256), rng.standard_normal(256)
+
+    def value(x, w):
+        if where in ("arrays", "fused"):   # the rule's own kernel and array rules, or one fused kernel
+            return thresholded(x) * w
+        return mf.broadcast(thresholded_times, x, w, mode=where)
+
+    try:
+        for THRESHOLD, WINDOW in [(0.0, 1.0), (0.0, 1.0), (0.7, 1.0), (0.7, 1.0), (0.7, 0.25), (-0.5, 2.0)]:
+            with mf.fusion(enabled=where == "fused"):
+                got, (gx, gw) = mf.withgradient(lambda x, w: mf.sum(value(x, w)), x, w)
+            step, slope = (x > THRESHOLD).astype(float), np.where(np.abs(x) < WINDOW, 0.5, 0.0)
+            np.testing.assert_allclose(got, np.sum(step * w), rtol=1e-12)
+            np.testing.assert_array_equal(gx, slope * w)
+            np.testing.assert_array_equal(gw, step)
+    finally:
+        THRESHOLD, WINDOW = 0.0, 1.0

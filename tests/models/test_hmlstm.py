@@ -6,7 +6,7 @@ import minflux as mf
 from minflux.autograd import active_tape
 from minflux.testing import check_grad
 from minflux_models import HMLSTM, LSTMLM, annealed_slope, boundary_rates
-from minflux_models.cells import boundary
+from minflux_models.cells import detect_boundary
 
 pytestmark = pytest.mark.numpy_kernels  # not a test of compiled kernels: they run on numpy (conftest.py)
 
@@ -41,7 +41,7 @@ class BoundarySpy:
         monkeypatch.setattr(mf, "broadcast", self)
 
     def __call__(self, fn, *args, **kw):
-        if fn is not boundary:
+        if fn is not detect_boundary:
             if self.choice_from_primal and active_tape() is None and self.x0:
                 args = tuple(np.round(mf.to_numpy(a)) if k < 2 else a for k, a in enumerate(args))
             return self.original(fn, *args, **kw)

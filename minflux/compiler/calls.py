@@ -74,6 +74,7 @@ def call_object(fe, target, name: str, args: list, node):
     op = _table_name(target)
     if op is not None:
         need(rules.TABLE[op].arity)
+        fe.bindings.extend(rules.TABLE[op].bindings())
         return fe.call(op, tuple(args), node)
     if target is range:
         fe.error(node, "range() outside a for statement", "use it as for k in range(n)")

@@ -264,8 +264,8 @@ class ExpressionFunction:
                 # the oldest structure goes; its machine code stays loaded in the backend and on disk,
                 # so building that structure again redoes the IR passes only
                 del _built[next(iter(_built))]
-            rules = {id(rule): rule for c in self.calls if (rule := rule_of(c.row)) is not None}
-            bindings = [b for rule in rules.values() for b in rule.bindings()]
+            rows = {id(c.row): rule_of(c.row) or c.row for c in self.calls}
+            bindings = [b for row in rows.values() for b in row.bindings()]
             cf = _built[self.key] = CompiledFunction(None, Parsed(function, bindings))
             cf.name = function.name
         return cf

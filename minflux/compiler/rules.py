@@ -34,6 +34,8 @@ from typing import Callable
 
 import numpy as np
 
+from .source import free_name_bindings
+
 
 RESULTS = ("float", "arith", "select", "where", "bool")
 """Result-kind rules: always float; integer unless an argument is float (arith); the join of the
@@ -90,8 +92,23 @@ class Primitive:
     def differentiable(self) -> bool:
         return any(p is not None for p in self.partials)
 
+    def bindings(self) -> list:
+        """The free names this row's derivative rules read when a kernel expands them, as
+        `Binding`s (`minflux.compiler.source`): code that calls the row is compiled again once one
+        has another value. minflux's own rows read nothing that changes.
+
+        >>> rule = eval("lambda m, x, y: m.where(x < LIMIT, 1.0, 0.0)", {"__name__": "experiment", "LIMIT": 0.5})
+        >>> [(b.name, b.value) for b in Primitive("example", 1, None, (rule,)).bindings()]
+        [('LIMIT', 0.5)]
+        """
+        return [b for rule in self.partials if not _own(rule) for b in free_name_bindings(rule)]
+
 
 TABLE: dict[str, Primitive] = {}
+
+
+def _own(rule) -> bool:
+    return (getattr(rule, "__module__", None) or "").split(".", 1)[0] == "minflux"
 
 
 def define(name: str, impl: Callable, *partials, doc: str = "", **row) -> Primitive:

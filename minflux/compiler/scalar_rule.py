@@ -19,7 +19,7 @@ from .compiled_function import compiled, primal
 from .errors import CompileError
 from .kinds import infer_kinds
 from .rules import define
-from .source import Binding, resolve_free_name
+from .source import Binding
 
 
 RULES: dict[str, "ScalarRule"] = {}  # derivative-table name -> rule, for code that emits calls to it
@@ -124,28 +124,10 @@ class ScalarRule:
         body (its subroutine) and those of the derivative rules (read when they are expanded), as
         `Binding`s for the caller's validity check, so that changing one compiles the caller again.
 
-        >>> SCALE = 2.0
-        >>> rule = ScalarRule(lambda x: x, (lambda m, x, y: SCALE,))
-        >>> [(b.name, b.value) for b in rule.bindings()]
+        >>> derivative = eval("lambda m, x, y: SCALE", {"__name__": "experiment", "SCALE": 2.0})
+        >>> [(b.name, b.value) for b in ScalarRule(lambda x: x, (derivative,)).bindings()]
         [('SCALE', 2.0)]
         """
-        found = [Binding(b.fn, b.name, b.value, root=False) for b in compiled(self.fn).parsed.bindings]
-        for rule in self.partials:
-            code = getattr(rule, "__code__", None)
-            if code is None:
-                continue
-            for name in (*code.co_freevars, *_global_names(code)):
-                try:
-                    found.append(Binding(rule, name, resolve_free_name(rule, name), root=False))
-                except NameError:   # an attribute name (``m.where``), not a variable
-                    continue
-        return found
+        return [Binding(b.fn, b.name, b.value, root=False) for b in compiled(self.fn).parsed.bindings] + \
+            self.row.bindings()
 
-
-def _global_names(code) -> list:
-    """The names ``code`` (and the code nested in it) may read as globals, in order."""
-    names = list(code.co_names)
-    for const in code.co_consts:
-        if hasattr(const, "co_names"):
-            names += _global_names(const)
-    return names

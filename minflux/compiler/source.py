@@ -131,6 +131,39 @@ class Binding:
         return now is self.value
 
 
+def global_names(code) -> list:
+    """The names ``code`` (and the code nested in it) may read as globals, in order.
+
+    >>> global_names((lambda m, x, y: m.where(x < LIMIT, 1.0, 0.0)).__code__)
+    ['where', 'LIMIT']
+    """
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names += global_names(const)
+    return names
+
+
+def free_name_bindings(fn) -> list:
+    """A `Binding` (not a root one) for each free name ``fn``'s code reads: its closure cells and the
+    globals or builtins its names resolve to (attribute names resolve to nothing and are skipped).
+
+    >>> LIMIT = 0.5
+    >>> [(b.name, b.value) for b in free_name_bindings(lambda m, x, y: m.where(x < LIMIT, 1.0, 0.0))]
+    [('LIMIT', 0.5)]
+    """
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    found = []
+    for name in (*code.co_freevars, *global_names(code)):
+        try:
+            found.append(Binding(fn, name, resolve_free_name(fn, name), root=False))
+        except NameError:
+            continue
+    return found
+
+
 def as_constant(value):
     """A Python number for a free name's value (numpy scalars included), or None when it is not one.
 

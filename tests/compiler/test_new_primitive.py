@@ -93,3 +93,34 @@ def test_a_row_without_a_spelling_is_refused_by_name():
     finally:
         mf.set_elementwise_backend(old)
         del rules.TABLE["unspelled_for_a_test"]
+
+
+SLOPE = 3.0   # read by the derivative rule of the primitive below
+
+
+@pytest.fixture(scope="module")
+def scaled_op():
+    name = "scaled_by_a_global_for_a_test"
+    made = mf.define_primitive(name, lambda xp, x: x * 1.0, lambda m, x, y: SLOPE + 0 * x,
+                               finite=True, numba="({0} * 1.0)", cuda="({0} * 1.0)")
+    yield made
+    del rules.TABLE[name]
+
+
+@pytest.mark.parametrize("where", ["array rules", "fused", "auto", "mixed", "adjoint", "reverse"])
+def test_a_global_its_derivative_rule_reads_is_read_again_when_it_changes(scaled_op, backend, where):
+    global SLOPE
+
+    def f(x):
+        return scaled_op(x) * 2.0
+
+    def loss(x):
+        return mf.sum(f(x) if where in ("array rules", "fused") else mf.broadcast(f, x, mode=where))
+
+    try:
+        for SLOPE in (3.0, 3.0, -0.5, 4.0):
+            with mf.fusion(enabled=where == "fused", compile_after=1, min_elements=1):
+                (g,) = mf.gradient(loss, X)
+            np.testing.assert_array_equal(g, np.full_like(X, 2 * SLOPE))
+    finally:
+        SLOPE = 3.0

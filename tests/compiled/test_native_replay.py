@@ -161,8 +161,30 @@ def test_node_products_run_natively_and_equal_eager_with_zeros_meeting_infinitie
     if mf.get_elementwise_backend() == "numba":
         words = set(native_form(step).program.tolist())
         for in_place in (True, False):
-            kernel = node_kernel._kernel(node._ONE_TERM, 1, 1, np.dtype(dtype), in_place)
+            kernel = node_kernel._kernel(node._ONE_TERM, 1, 1, np.dtype(dtype), in_place, None)
             assert native_runner.function_address(kernel.call) in words
+
+
+def gated_concatenation(z, u, x, w):
+    """A gate broadcast over each row's columns, whose product is a column block of a concatenation:
+    its node's gradient reads a strided view of the concatenation's gradient and a broadcast partial."""
+    return mf.gradient(lambda z, u: mf.sum(mf.tanh(mf.concatenate([z * mf.tanh(u), x], axis=-1) @ w)), z, u)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_node_gradient_of_strided_and_broadcast_arrays_runs_natively_and_equals_eager(dtype):
+    from minflux.pointwise import node_kernel
+
+    rng = np.random.default_rng(10)
+    step = mf.compile(gated_concatenation)
+    for k in range(CALLS):
+        z = (rng.random((8, 1)) < 0.5).astype(dtype)
+        u, x, w = (rng.normal(size=shape).astype(dtype) for shape in ((8, 16), (8, 5), (21, 3)))
+        want = gated_concatenation(z, u, x, w)
+        assert [bits(g) for g in step(z, u, x, w)] == [bits(g) for g in want], f"call {k}"
+    if mf.get_elementwise_backend() == "numba":
+        kernel = node_kernel._kernel((((0, 0),), ((0, 1),)), 1, 2, np.dtype(dtype), False, (1, 1, 0, 1, 1))
+        assert native_runner.function_address(kernel.call) in set(native_form(step).program.tolist())
 
 
 @mf.elementwise

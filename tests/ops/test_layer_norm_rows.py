@@ -55,7 +55,8 @@ def test_kernels_are_private_cache_entries_linked_back_by_a_new_process(child):
     compiled, _ = child()
     assert compiled
     files = sorted(child.kernels.iterdir())
-    assert sorted(f.suffix for f in files) == [".json", ".json", ".o", ".o"]  # forward, backward
+    suffixes = [f.suffix for f in files]   # forward, backward, and the gradient's other kernels
+    assert suffixes.count(".json") == suffixes.count(".o") >= 2 and len(suffixes) == 2 * suffixes.count(".o")
     assert all(stat.S_IMODE(os.stat(f).st_mode) == 0o600 for f in files)
     compiled, stderr = child()
     assert not compiled and stderr == ""

@@ -56,6 +56,52 @@ def test_the_kernel_gives_the_term_by_term_values(dtype, shape, specials):
         assert_same(a, b)
 
 
+def laid_out(a: np.ndarray, how: str) -> np.ndarray:
+    """``a``'s values in another layout: the column block of a wider array, or every other row of a
+    taller one."""
+    if how == "column block":
+        wide = np.zeros(a.shape[:-1] + (a.shape[-1] + 5,), a.dtype)
+        wide[..., 2:2 + a.shape[-1]] = a
+        return wide[..., 2:2 + a.shape[-1]]
+    if how == "every other row":
+        tall = np.zeros(a.shape[:-2] + (2 * a.shape[-2], a.shape[-1]), a.dtype)
+        tall[..., ::2, :] = a
+        return tall[..., ::2, :]
+    return a
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(32, 128), (3, 4, 6), (5, 1), ((1 << 17) // 64 + 3, 64)])
+@pytest.mark.parametrize("how", ["column block", "every other row"])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_the_kernel_walks_strided_gradients_and_broadcast_partials_by_rows(dtype, shape, how, in_place):
+    """Gradients that are views into wider or taller arrays, partials broadcast along the rows, along
+    the columns or everywhere: the term-by-term values, zeros' signs and annihilations included."""
+    rng = np.random.default_rng(len(shape) + shape[-1])
+    grads = [laid_out(g, how) for g in arrays(rng, 2, shape, dtype, True)]
+    partials = arrays(rng, 6, shape, dtype, True)
+    partials[1] = partials[1][..., :1].copy()                # one value per row
+    partials[2] = laid_out(partials[2], how)
+    partials[4] = partials[4][(0,) * (len(shape) - 1)].copy()   # one row for all rows
+    partials[5] = np.asarray(partials[5].reshape(-1)[0])     # one value for all
+    assert node.walk(grads, partials, []).steps is not None
+    with np.errstate(all="ignore"):
+        expected = numpy_sums(grads, partials, STRUCTURE)
+    if in_place:
+        partials[0], partials[3] = partials[0].copy(), partials[3].copy()
+    got = gradient_sums(grads, partials, STRUCTURE, in_place=in_place)
+    for a, b in zip(got, expected):
+        assert a.dtype == dtype and a.shape == shape
+        assert_same(a, b)
+
+
+def test_a_layout_that_is_not_rows_a_fixed_stride_apart_is_not_walked():
+    g = np.ones((4, 6))
+    assert node.walk([g.T], [np.ones((6, 4))], []) is None              # columns a stride apart
+    assert node.walk([np.ones((4, 3, 2))[:, ::2]], [np.ones((4, 2, 2))], []) is None   # rows two strides apart
+    assert node.walk([g], [g], [np.ones((4, 1))]) is None               # a sum written into fewer elements
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_in_place_each_sum_overwrites_its_first_partial_and_nothing_else(dtype):
     rng = np.random.default_rng(5)
@@ -103,7 +149,7 @@ def test_a_node_with_many_partials_backpropagates_through_the_kernel_as_through_
 
     got = mf.gradient(loss, c, f, i)
     assert bool(used) == (backend == "numba")
-    monkeypatch.setattr(node, "_one_kernel_applies", lambda *a: False)   # the numpy path
+    monkeypatch.setattr(node, "_kernel_walk", lambda *a: False)   # the numpy path
     expected = mf.gradient(loss, c, f, i)
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))

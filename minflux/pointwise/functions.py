@@ -132,8 +132,11 @@ def scalar_rule(*partials) -> Callable[[Callable], ScalarRuleFunction]:
     """Give a scalar function its own derivative: one rule ``lambda m, *args, y: ...`` per argument.
 
     Rules are written like those of the derivative table (operators, numbers and ``m.<primitive>``
-    calls; ``y`` is the function's value); ``None`` or a missing trailing rule makes that argument
-    non-differentiable. A straight-through step function whose derivative is a hard sigmoid's slope:
+    calls; ``y`` is the function's value). Numbers a rule or the function reads from its scope are
+    constants of the kernels that use them, compiled again when one changes (an object's attribute
+    that a rule reads is read when a kernel is compiled: pass a value that changes as an argument).
+    ``None`` or a missing trailing rule makes that argument non-differentiable. A straight-through
+    step function whose derivative is a hard sigmoid's slope:
 
     >>> import minflux as mf, numpy as np
     >>> @mf.scalar_rule(lambda m, x, a, y: m.where(abs(x) < 1 / a, a / 2, 0.0))

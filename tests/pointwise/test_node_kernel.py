@@ -100,6 +100,7 @@ def test_a_layout_that_is_not_rows_a_fixed_stride_apart_is_not_walked():
     assert node.walk([g.T], [np.ones((6, 4))], []) is None              # columns a stride apart
     assert node.walk([np.ones((4, 3, 2))[:, ::2]], [np.ones((4, 2, 2))], []) is None   # rows two strides apart
     assert node.walk([g], [g], [np.ones((4, 1))]) is None               # a sum written into fewer elements
+    assert node.walk([np.broadcast_to(np.ones(()), (4, 6))], [g], []) is None   # the seed multiplies nothing
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -149,7 +150,7 @@ def test_a_node_with_many_partials_backpropagates_through_the_kernel_as_through_
 
     got = mf.gradient(loss, c, f, i)
     assert bool(used) == (backend == "numba")
-    monkeypatch.setattr(node, "_kernel_walk", lambda *a: False)   # the numpy path
+    monkeypatch.setattr(node, "_kernel_walk", lambda *a: None)   # the numpy path
     expected = mf.gradient(loss, c, f, i)
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))

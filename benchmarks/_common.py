@@ -124,3 +124,12 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def reuse_freed_memory():
+    """Keep freed blocks in the heap (no mmap/trim), so big arrays are not faulted in again."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallopt(-3, 32 << 20)   # M_MMAP_THRESHOLD: the maximum glibc accepts
+    libc.mallopt(-1, 1 << 30)    # M_TRIM_THRESHOLD

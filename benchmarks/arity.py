@@ -5,8 +5,8 @@ N = 1..10 and 18 (the arity benchmark of Revels et al. 2018): minflux mixed mode
 element-local adjoint, ``mode="auto"`` (the cost model's pick) and ``mode="reverse"``, a
 hand-written parallel numba loop (value and N gradients in one pass, prefix/suffix products), and
 PyTorch eager / JAX jit when importable. Each implementation runs in its own process per round,
-rounds in rotated order, on one core and on all cores (`_own_process`), and checks its gradients
-against a float64 numpy reference before it is timed. Memory traffic grows linearly with N (N
+rounds in rotated order, on one core and on all cores (`_own_process`), keeping its freed memory,
+and checks its gradients against a float64 numpy reference before it is timed. Memory traffic grows linearly with N (N
 inputs, N gradients); forward mode's arithmetic grows as N^2 but stays below the memory cost at
 these sizes.
 
@@ -24,7 +24,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import library_versions, markdown_table, source_module, traced_peak_mib, write_results  # noqa: E402
+from _common import (library_versions, markdown_table, reuse_freed_memory, source_module,  # noqa: E402
+                     traced_peak_mib, write_results)
 from _own_process import (compare_options, compare_with, results_name, configure_torch, cpu_wall_table,  # noqa: E402
                           method_note, serve, setting_label, time_case)
 
@@ -133,7 +134,10 @@ def reference(config) -> dict:
 
 
 def measure(setting: str, impl: str, config: dict, expected) -> dict:
-    """One implementation at every arity, in this process."""
+    """One implementation at every arity, in this process, which keeps its freed memory (as
+    minflux's allocator does): without it glibc hands the hand loop's new arrays back to the system
+    from N = 4 on, and every call faults them in again."""
+    reuse_freed_memory()
     if impl == "torch":
         configure_torch(setting)
     cases = {}

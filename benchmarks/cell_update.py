@@ -32,7 +32,6 @@ call's seconds (compiles included, at the first size) are reported.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import sys
 from pathlib import Path
 
@@ -41,7 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import library_versions, markdown_table, traced_peak_mib, write_results  # noqa: E402
+from _common import library_versions, markdown_table, reuse_freed_memory, traced_peak_mib, write_results  # noqa: E402
 from _own_process import (RESULTS_FORMAT, compare_options, compare_with, results_name, configure_torch,  # noqa: E402
                           cpu_wall_cell, method_note, serve, setting_label, time_case, timed)
 
@@ -50,13 +49,6 @@ LABELS = {"mixed": "mixed (numba)", "adjoint": "adjoint (numba)", "auto": "auto 
           "torch": "PyTorch eager", "jax": "JAX jit", "copy": "copy bound (same traffic)"}
 SLOW = ("mixed_numpy", "reverse")
 TRACED = ("mixed", "adjoint", "auto", "reverse", "hand")
-
-
-def reuse_freed_memory():
-    """Keep freed blocks in the heap (no mmap/trim), so big arrays are not faulted in again."""
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallopt(-3, 32 << 20)   # M_MMAP_THRESHOLD: the maximum glibc accepts
-    libc.mallopt(-1, 1 << 30)    # M_TRIM_THRESHOLD
 
 
 def make_inputs(dims: int, seed: int = 0):

@@ -169,7 +169,7 @@ def table(results: dict) -> str:
                "peak MiB (auto / hand)"])
     dims = results["dims"]
     return (f"Forward + gradient of `sum(prod_k (x_k if x_k > 0.5 else -x_k))` w.r.t. all N inputs, float32 "
-            f"({dims}, {dims}), median ms (`python benchmarks/arity.py`).\n\n" + markdown_table(header, rows)
+            f"({dims}, {dims}), median ms, every process keeping its freed memory (`python benchmarks/arity.py`).\n\n" + markdown_table(header, rows)
             + "\n" + cpu_wall_table(results, LABELS) + "\n" + method_note(results, LABELS, results["versions"]))
 
 

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..compiler import global_names
 from ..schedule.operation import operation
 
 _LIBRARIES = frozenset({"minflux", "numpy", "numba", "llvmlite", "cupy", "scipy", "h5py", "tqdm",
@@ -116,11 +117,7 @@ def followed(fn: Any) -> bool:
 @functools.lru_cache(maxsize=4096)
 def _names(code: types.CodeType) -> frozenset:
     """Every global or attribute name the code (and the code nested in it) mentions."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _names(const)
-    return frozenset(names)
+    return frozenset(global_names(code))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -25,14 +25,16 @@ from .dtypes import kind_dtype
 from .errors import CompileError
 from .expressions import Expression, ExpressionFunction, FunctionBuilder, argument, constant
 from .ir import If, Loop, result_kind, walk
+from .layout import row_stride
 from .loop_limit import LoopLimitError, get_max_loop_iterations, set_max_loop_iterations
 from .numpy_backend import ArrayOps, evaluate
 from .rules import TABLE, ArrayMath, Primitive, define
 from .scalar_rule import ScalarRule, rule_of
+from .source import global_names
 
 __all__ = ["KERNEL_MODES", "TABLE", "ArrayMath", "ArrayOps", "BoundLaunch", "CompileError", "CompiledFunction",
            "Expression", "ExpressionFunction", "FunctionBuilder", "If", "Loop", "LoopLimitError", "Primitive",
            "ScalarRule", "argument", "bound_launch", "compiled", "constant", "define", "differentiable_dependence",
-           "evaluate", "get_elementwise_backend", "get_max_loop_iterations", "kind_dtype", "launch_kernel",
-           "prepare", "primal", "result_kind", "rule_of", "set_elementwise_backend", "set_max_loop_iterations",
+           "evaluate", "get_elementwise_backend", "get_max_loop_iterations", "global_names", "kind_dtype",
+           "launch_kernel", "prepare", "primal", "result_kind", "row_stride", "rule_of", "set_elementwise_backend", "set_max_loop_iterations",
            "walk"]

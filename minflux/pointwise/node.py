@@ -60,20 +60,17 @@ def _times(g, p, fresh: bool = False):
     return _annihilating_product(g, p, is_seed_broadcast(g))
 
 
-_ONE_TERM = (((0, 0),),)   # the `gradient_sums` structure of one product
-
-
 @operation(results="views", views_of=("p",))
 def _product_into_partial(g, p, seed: bool):
     """`_times` into ``p``, whatever the data, so that a replay finds the result where it was: its
-    checks look at the data, so they are one operation. One compiled pass where the arrays allow
-    and are large enough (`node_kernel`); else a plain product where both factors are finite (no zero can meet an
-    infinity or a NaN), the guarded one otherwise."""
+    checks look at the data, so they are one operation. One compiled pass where the arrays allow and
+    are large enough (`node_kernel`); else a plain product where both factors are finite (no zero can
+    meet an infinity or a NaN), the guarded one otherwise."""
     if seed:
         return p
     how = _kernel_walk([g], [p], [p]) if p.size >= ROWS_MIN_ELEMENTS else None
     if how is not None:
-        return gradient_sums([g], [p], _ONE_TERM, in_place=True, how=how)[0]
+        return gradient_sums([g], [p], _one_term_each(1), in_place=True, how=how)[0]
     if _finite_seed(g) and not _may_be_nonfinite(p):
         return get_array_module(p).multiply(g, p, out=p)
     p[...] = _guarded(g, p)
@@ -151,14 +148,14 @@ def _sum_terms(terms: list, fresh: bool):
 def _product_command(args: tuple, kwargs: dict, errstate: dict):
     if len(args) != 3 or kwargs or args[2] or _kernel_walk([args[0]], [args[1]], [args[1]], True) is None:
         return None
-    return gradient_sums_command([args[0]], [args[1]], _ONE_TERM)
+    return gradient_sums_command([args[0]], [args[1]], _one_term_each(1))
 
 
 def _annihilating_command(args: tuple, kwargs: dict, errstate: dict):
     out = kwargs.get("out")
     if len(args) != 3 or out.__class__ is not np.ndarray or _kernel_walk([args[0]], [args[1]], [out], True) is None:
         return None
-    return gradient_sums_command([args[0]], [args[1]], _ONE_TERM, sums=[out])
+    return gradient_sums_command([args[0]], [args[1]], _one_term_each(1), sums=[out])
 
 
 def _into_partials_command(args: tuple, kwargs: dict, errstate: dict):

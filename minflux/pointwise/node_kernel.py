@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..compiler import row_stride
 from ..runtime.kernel_loader import load_ir_kernel
 from ..runtime.native_runner import MAX_KERNEL_ARGUMENTS, function_address, kernel_words
 from ..runtime.pointers import pointers
@@ -90,23 +91,17 @@ def walk(grads: list, partials: list, written: list, rows: bool = True) -> Walk 
 
 def _rows_of(a: np.ndarray, shape: tuple) -> tuple | None:
     """(elements between rows, elements between columns: 0 or 1) of ``a`` broadcast to ``shape`` and
-    seen as rows of its last dimension, or None where its leading dimensions are not one stride."""
-    lead = len(shape) - a.ndim
-    if lead < 0:
+    seen as rows of its last dimension, or None where its rows are not one stride apart
+    (`minflux.compiler.row_stride`)."""
+    try:
+        b = np.broadcast_to(a, shape)
+    except ValueError:
         return None
-    strides = [0] * lead
-    for n, m, s in zip(a.shape, shape[lead:], a.strides):
-        if n != m and n != 1 or s < 0 or s % a.itemsize:
-            return None
-        strides.append(0 if n == 1 else s // a.itemsize)
-    step = strides[-1] if shape[-1] > 1 else 0
-    if step not in (0, 1):
-        return None
-    outer = [(n, s) for n, s in zip(shape[:-1], strides[:-1]) if n != 1]
-    for (_, s), (n, t) in zip(outer, outer[1:]):
-        if s != t * n:
-            return None
-    return (outer[-1][1] if outer else 0), step
+    if shape[-1] > 1 and b.strides[-1]:   # rows of contiguous elements
+        stride = row_stride(b, shape[-1])
+        return None if stride is None else (stride, 1)
+    stride = row_stride(b[..., :1], 1)     # one element per row
+    return None if stride is None else (stride, 0)
 
 
 def kernel_ir(structure: tuple, n_grads: int, n_partials: int, float_type: str, in_place: bool = False,

@@ -161,7 +161,7 @@ def test_node_products_run_natively_and_equal_eager_with_zeros_meeting_infinitie
     if mf.get_elementwise_backend() == "numba":
         words = set(native_form(step).program.tolist())
         for in_place in (True, False):
-            kernel = node_kernel._kernel(node._ONE_TERM, 1, 1, np.dtype(dtype), in_place, None)
+            kernel = node_kernel._kernel(node._one_term_each(1), 1, 1, np.dtype(dtype), in_place, None)
             assert native_runner.function_address(kernel.call) in words
 
 

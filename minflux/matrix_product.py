@@ -18,12 +18,16 @@ run on minflux's sleeping worker pool (over the cores other work leaves free,
 of the result. Small products, batched products of matrices and non-numpy arrays go straight to the
 array module's ``matmul``.
 
->>> import numpy as np
+>>> import math
+
+import numpy as np
 >>> a, b = np.ones((64, 512), np.float32), np.ones((512, 1024), np.float32)
 >>> bool((matmul(a, b) == 512).all())
 True
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -174,7 +178,18 @@ def _matmul_command(args: tuple, kwargs: dict, errstate: dict):
     return native_command(a, b, out, errstate)
 
 
+def _multiply_adds(a_shape: tuple, b_shape: tuple) -> int:
+    """The multiply-adds of ``a @ b`` for operands of these shapes, ``a``'s leading axes and ``b``'s
+    columns (`minflux.schedule.native_groups.apart`).
+
+    >>> _multiply_adds((64, 512), (512, 2048))
+    67108864
+    """
+    return math.prod(a_shape) * (b_shape[-1] if len(b_shape) > 1 else 1)
+
+
 matmul.__wrapped_operation__.native_command = _matmul_command   # what a recording of matmul calls
+matmul.__wrapped_operation__.multiply_adds = _multiply_adds
 
 
 def _column_major(x) -> bool:

@@ -106,8 +106,12 @@ class Plan(NamedTuple):
         return self.arena.nbytes
 
 
-def plan_buffers(recording: Recording, outputs: list[int]) -> Plan:
-    """The buffers of ``recording``'s replay that returns slots ``outputs`` (see the module docstring)."""
+def plan_buffers(recording: Recording, outputs: list[int], apart=None) -> Plan:
+    """The buffers of ``recording``'s replay that returns slots ``outputs`` (see the module docstring).
+
+    ``apart(step, layouts)``, where given, names the steps whose results may run beside the one
+    before them that it names (`native_groups`): their buffers take no memory freed since that one
+    was placed, which the operations between may have used."""
     steps, layouts = recording.steps, recording.layouts
     shares: dict[int, frozenset] = {}   # slot -> the buffers (named by their slot) it may share memory with
     born: dict[int, int] = {}           # buffer -> the step making it
@@ -152,24 +156,31 @@ def plan_buffers(recording: Recording, outputs: list[int]) -> Plan:
         fresh_from = top
     for slot in outputs:
         barred |= shares.get(slot, empty)
-    return _assign(steps, layouts, born, last, barred)
+    kept_apart = {i for i in set(born.values()) if apart(steps[i], layouts)} if apart is not None else set()
+    return _assign(steps, layouts, born, last, barred, kept_apart)
 
 
-def _assign(steps: list, layouts: dict, born: dict, last: dict, barred: set) -> Plan:
+def _assign(steps: list, layouts: dict, born: dict, last: dict, barred: set, kept_apart: set) -> Plan:
     """Each planned buffer at an offset of one arena, placed in the order the buffers are made as an
-    allocator would place them: in the smallest free range that fits, or at the end."""
+    allocator would place them: in the smallest free range that fits, or at the end; a buffer made
+    by a step of ``kept_apart`` in none freed since the last such buffer was placed."""
     free = _FreeRanges()
     living: list = []   # heap of (last step, offset, size) of the buffers in use
     placed: dict[int, int] = {}
+    recent: list = []   # (offset, size) freed since a step kept apart was last placed
     for slot in sorted(born, key=born.__getitem__):
         if slot in barred:
             continue
         while living and living[0][0] < born[slot]:
             _, offset, size = heapq.heappop(living)
             free.release(offset, size)
+            recent.append((offset, size))
         shape, dtype = layouts[slot]
         size = -(-math.prod(shape) * dtype.itemsize // _ALIGN) * _ALIGN
-        placed[slot] = free.take(size)
+        if born[slot] in kept_apart:
+            placed[slot], recent = free.take(size, recent), []
+        else:
+            placed[slot] = free.take(size)
         heapq.heappush(living, (last[slot], placed[slot], size))
     arena = np.empty(free.top + _ALIGN, np.uint8)
     skip = -arena.ctypes.data % _ALIGN
@@ -195,18 +206,25 @@ class _FreeRanges:
         self.sizes: dict[int, int] = {}            # start -> size
         self.of_size: dict[int, list[int]] = {}    # size -> starts
 
-    def take(self, size: int) -> int:
+    def take(self, size: int, avoid: list = ()) -> int:
+        """The start of ``size`` bytes, in no free range that meets a range (start, size) of ``avoid``."""
+        def clear(start: int) -> bool:
+            end = start + self.sizes[start]
+            return not any(start < a + n and a < end for a, n in avoid)
+
         exact = self.of_size.get(size)
+        if exact and avoid:
+            exact = [start for start in exact if clear(start)]
         if exact:
             best = exact[-1]
         else:
             best = None
             for start in self.starts:
                 have = self.sizes[start]
-                if have > size and (best is None or have < self.sizes[best]):
+                if have > size and (best is None or have < self.sizes[best]) and (not avoid or clear(start)):
                     best = start
         if best is None:
-            if self.starts and self.starts[-1] + self.sizes[self.starts[-1]] == self.top:
+            if self.starts and self.starts[-1] + self.sizes[self.starts[-1]] == self.top and clear(self.starts[-1]):
                 best = self.starts[-1]              # the last range grows to fit
                 self._remove(best)
                 self.top = best + size

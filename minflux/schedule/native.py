@@ -29,9 +29,10 @@ arguments, as far as those arguments are.
 A statement that became commands keeps, where later Python statements read its result, an
 assignment of that result (the same arena arrays every call); views (an index, a reshape) that only
 commands read are not made at all. Consecutive commands form a segment, run by one call of the
-native runner, so a replay alternates segments and the Python calls that remain. The commands are
-the same kernel and the same BLAS routine on the same operands, so the native form gives the Python
-form's bits; each product is checked once against its Python call's bits before it is used. A numpy
+native runner, so a replay alternates segments and the Python calls that remain; within a segment,
+independent products large enough to gain from it run at once on the free cores (`native_groups`).
+The commands are the same kernel and the same BLAS routine on the same operands, so the native form
+gives the Python form's bits; each product is checked once against its Python call's bits before it is used. A numpy
 product checks the floating-point status flags numpy's error state acts on, as numpy does; where one
 is raised, that product is done again by ``np.matmul``, which raises or warns as numpy would.
 
@@ -41,7 +42,6 @@ is raised, that product is done again by ``np.matmul``, which raises or warns as
 """
 from __future__ import annotations
 
-import bisect
 import ctypes
 import operator
 import re
@@ -51,7 +51,11 @@ import numpy as np
 
 from ..runtime import native_runner
 from ..runtime.pointers import pointers
+from ..runtime.row_pool import run_rows
+from ..runtime.threads import threads_now, usable_cores
+from . import native_groups
 from .native_numpy import COMMANDS
+from .native_places import Places
 from .traced import _method_caller
 
 _PLACEHOLDER = re.compile(r"[@$]")
@@ -125,6 +129,7 @@ class Probe:
     def __init__(self):
         self.commands: dict = {}
         self.views: dict = {}
+        self.accesses: dict = {}    # statement -> what its command reads and writes (`native_groups`)
 
     def __call__(self, index: int, fn, /, *args, **kwargs):
         make, command = command_of(fn), None
@@ -140,6 +145,7 @@ class Probe:
         if command is not None and (command.redo is None or
                                     scratch is not None and scratch.tobytes() == command.redo[1][-1].tobytes()):
             self.commands[index] = (command, result)
+            self.accesses[index] = native_groups.accesses(command, _arrays((args, tuple(kwargs.values()), result)))
         if getattr(fn, "steady_results", False):
             self.views[index] = _holders(result, _leaves((args, tuple(kwargs.values()))))
         return result
@@ -247,11 +253,12 @@ class NativeForm:
                  outputs: list):
         self._run = native_runner.load_runner()
         self._held = [h for command, _ in probe.commands.values() for h in command.held]
-        places = _Places(arena, inputs, statements, self._held)
+        places = Places(arena, inputs, statements, self._held)
         words = [-1]
         patches: list = []          # (word, input, offset)
         self._redo: dict = {}       # the first word of a checked command -> (numpy call, operands, end word)
         natives: dict = {}          # statement -> (first word, end word, its result as a statement or None)
+        work: dict = {}             # statement -> (what its command reads and writes, its multiply-adds)
         refreshes: dict = {}        # statement -> the statement writing its command's cells
         self._skip = (-1, -1)       # the first and end words of a command whose call ran in Python instead
         steady = set(range(len(inputs)))   # slots whose arrays lie where they lay at the probe, or in an input
@@ -285,6 +292,8 @@ class NativeForm:
                 self._redo[first] = (fn, [(first + p, x.shape, x.strides, x.dtype) if x.__class__ is np.ndarray
                                           else x for p, x in zip(command.addresses, operands)], len(words))
             natives[index] = (first, len(words), _stub(statements[index], result))
+            work[index] = (native_groups.located(probe.accesses[index], places),
+                           0 if command.refresh else native_groups.multiply_adds(command.words))
             if command.refresh is not None:
                 refreshes[index] = self._refresh_statement(st, (first, len(words)), result, command.refresh)
         self.program = np.array(words, np.int64)
@@ -294,7 +303,8 @@ class NativeForm:
         used = sorted({i for _, i, _ in patches})
         self._inputs = [(i, inputs[i].shape, inputs[i].strides, inputs[i].dtype) for i in used]
         self._patch_which = np.array([used.index(i) for _, i, _ in patches], np.intp)
-        self.statements, self.n_segments = self._segments(statements, natives, refreshes, outputs)
+        self.n_grouped = 0
+        self.statements, self.n_segments = self._segments(statements, natives, refreshes, outputs, work)
         self.n_commands = len(natives)
         tags = []   # of every runner command (a statement's command may be several)
         for first, end, _ in natives.values():
@@ -329,7 +339,8 @@ class NativeForm:
                 np.copyto(k, m)
         self._skip = words
 
-    def _segments(self, statements: list, natives: dict, refreshes: dict, outputs: list) -> tuple[list, int]:
+    def _segments(self, statements: list, natives: dict, refreshes: dict, outputs: list, work: dict
+                  ) -> tuple[list, int]:
         needed = set(outputs)
         keep = [False] * len(statements)
         for index in range(len(statements) - 1, -1, -1):
@@ -343,16 +354,23 @@ class NativeForm:
                 keep[index] = not (_is_view(st) and needed.isdisjoint(st.writes))
                 if keep[index]:
                     needed.update(st.reads)
-        result, segment, stubs, n_segments = [], None, [], 0
+        result, segment, stubs, n_segments, members = [], None, [], 0, []
 
         def close():
-            nonlocal segment, stubs, n_segments
+            nonlocal segment, stubs, n_segments, members
             if segment is not None:
-                result.append(statements[0]._replace(text="$($, $)", params=[self.segment, *segment], dead=[],
-                                                     reads=(), writes=()))
+                order = native_groups.plan([work[i][0] for i in members], [work[i][1] for i in members],
+                                           usable_cores())
+                call = [self.segment, *segment]
+                if len(order) < len(members):
+                    steps = native_groups.word_steps(order, [natives[i][:2] for i in members])
+                    call = [self.in_groups, steps]
+                    self.n_grouped += sum(len(step) for step in order if step.__class__ is tuple)
+                result.append(statements[0]._replace(text="$(" + ", ".join("$" * (len(call) - 1)) + ")",
+                                                     params=call, dead=[], reads=(), writes=()))
                 n_segments += 1
             result.extend(stubs)
-            segment, stubs = None, []
+            segment, stubs, members = None, [], []
 
         for index, st in enumerate(statements):
             if index in natives:
@@ -361,6 +379,7 @@ class NativeForm:
                     close()
                     result.append(refreshes[index])
                 segment = (first, end) if segment is None else (segment[0], end)
+                members.append(index)
                 if keep[index]:
                     stubs.append(stub)
             elif keep[index]:
@@ -400,6 +419,27 @@ class NativeForm:
             fn(*args, out=out)
             if first >= end:
                 return
+
+    def in_groups(self, steps: list) -> None:
+        """Run a segment's ``steps`` (`native_groups.word_steps`): the commands of a word range in turn,
+        the products of a group at once on the threads free now (one after the other where that is
+        one); where a product's check failed, the group's products are run again in turn."""
+        for step in steps:
+            if step[0].__class__ is int:
+                self.segment(*step)
+                continue
+            threads = min(threads_now(), len(step))
+            if threads > 1:
+                run_rows(self._run_ranges, 0, len(step), threads, (step,))
+                if self.program[0] < 0:
+                    continue
+                self.program[0] = -1
+            for first, end in step:
+                self.segment(first, end)
+
+    def _run_ranges(self, r0: int, r1: int, ranges: tuple) -> None:
+        for first, end in ranges[r0:r1]:
+            self._run(first, end, 0, 0, 0, self._address)
 
 
 class _Slot(int):
@@ -448,38 +488,6 @@ def _stub(st, result):
     start, end, first, last = _call(st)
     params = [*st.params[:first], result, *st.params[last:]]
     return st._replace(text=st.text[:start] + "$" + st.text[end:], params=params, reads=())
-
-
-class _Places:
-    """Where an address lies: in memory that stays put (the arena, an array the statements hold as a
-    constant), or at an offset into exactly one input."""
-
-    def __init__(self, arena: np.ndarray, inputs: list, statements: list, held: list):
-        held = [arena, *held, *(p for st in statements for p in st.params if p.__class__ is np.ndarray)]
-        spans = sorted((p, p + a.nbytes) for a, p in zip(held, pointers(held)) if a.nbytes)
-        self.fixed = []   # sorted, disjoint (low, high)
-        for low, high in spans:
-            if self.fixed and low <= self.fixed[-1][1]:
-                self.fixed[-1] = (self.fixed[-1][0], max(high, self.fixed[-1][1]))
-            else:
-                self.fixed.append((low, high))
-        self.lows = [low for low, _ in self.fixed]
-        arrays = [(i, a) for i, a in enumerate(inputs) if a.__class__ is np.ndarray and a.nbytes]
-        self.inputs = [(i, p, p + a.nbytes) for (i, a), p in zip(arrays, pointers([a for _, a in arrays]))]
-
-    def locate(self, address: int):
-        k = bisect.bisect_right(self.lows, address) - 1
-        if k >= 0 and address < self.fixed[k][1]:
-            return "fixed"
-        found = [(i, address - low) for i, low, high in self.inputs if low <= address < high]
-        return found[0] if len(found) == 1 else None
-
-    def stays(self, result) -> bool:
-        if result is None:
-            return True
-        if result.__class__ is list or result.__class__ is tuple:
-            return all(self.stays(r) for r in result)
-        return result.__class__ is np.ndarray and result.nbytes > 0 and self.locate(pointers([result])[0]) == "fixed"
 
 
 def _array_at(address: int, shape: tuple, strides: tuple, dtype) -> np.ndarray:

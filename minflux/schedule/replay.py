@@ -44,7 +44,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..runtime import native_runner, settings
-from . import native
+from . import native, native_groups
 from .buffers import Plan, plan_buffers
 from .recorder import NotReplayable, Recording, Ref, kinds_of
 
@@ -106,7 +106,7 @@ class Replay:
 
     def _with_buffers(self) -> list[_Statement]:
         """The statements with ``out=`` buffers, planned now (`buffers`)."""
-        self.buffers = plan_buffers(self._recording, self._outputs)
+        self.buffers = plan_buffers(self._recording, self._outputs, native_groups.apart)
         statements = list(self._statements)
         for i, buffer in self.buffers.outs.items():   # a planned call's text ends with its parenthesis
             st = statements[self._position[i]]

@@ -246,3 +246,25 @@ def test_with_numpys_product_compiled_training_equals_eager_to_the_bit():
     done = subprocess.run([sys.executable, "-c", _WITH_NUMPYS_PRODUCT], env=env, capture_output=True,
                           text=True, timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert done.returncode == 0 and done.stdout.strip() == "same bits", done.stderr[-2000:]
+
+
+CALLS = 72
+
+
+def trained_to_eagers_bits(case: str, seed: int):
+    """A compiled training step of ``case`` after `CALLS` steps, each checked against the eager step
+    to the bit (the loss, the weights and the optimiser's state)."""
+    model, opt_state, carry, loss_fn, batches = build(case)
+    twin, twin_state, twin_carry, _, _ = build(case)
+    rng = np.random.default_rng(seed)
+    step = mf.compile(train_step)
+    for k in range(CALLS):
+        x, y = batches[rng.integers(len(batches))]
+        x, y = x.copy(), y.copy()   # new addresses on every call
+        loss, carry = train_step(model, opt_state, carry, x, y, loss_fn)
+        twin_loss, twin_carry = step(twin, twin_state, twin_carry, x, y, loss_fn)
+        assert bits(loss) == bits(twin_loss), f"step {k}: the loss differs"
+        assert [bits(a) for _, a in arrays_of(model, opt_state)] == \
+            [bits(a) for _, a in arrays_of(twin, twin_state)], f"step {k}"
+    assert step.recordings == 1
+    return step

@@ -14,9 +14,8 @@ import pytest
 import minflux as mf
 from minflux import matrix_product
 from minflux.runtime import gemm_provider, native_runner
-from tests.compiled.test_models_compiled import arrays_of, bits, build, train_step
+from tests.compiled.test_models_compiled import CALLS, bits, build, trained_to_eagers_bits, train_step
 
-CALLS = 72
 
 
 @pytest.fixture(autouse=True)
@@ -41,20 +40,7 @@ def numpys_product(monkeypatch):
                                   pytest.param("hmlstm-branch-ln", marks=pytest.mark.slow),
                                   pytest.param("lstm-cell", marks=pytest.mark.slow)])
 def test_native_training_equals_eager_to_the_bit_for_72_steps(case, backend):
-    model, opt_state, carry, loss_fn, batches = build(case)
-    twin, twin_state, twin_carry, _, _ = build(case)
-    rng = np.random.default_rng(7)
-    step = mf.compile(train_step)
-    for k in range(CALLS):
-        x, y = batches[rng.integers(len(batches))]
-        x, y = x.copy(), y.copy()   # new addresses on every call
-        loss, carry = train_step(model, opt_state, carry, x, y, loss_fn)
-        twin_loss, twin_carry = step(twin, twin_state, twin_carry, x, y, loss_fn)
-        assert bits(loss) == bits(twin_loss), f"step {k}: the loss differs"
-        assert [bits(a) for _, a in arrays_of(model, opt_state)] == \
-            [bits(a) for _, a in arrays_of(twin, twin_state)], f"step {k}"
-    assert step.recordings == 1
-    form = native_form(step)
+    form = native_form(trained_to_eagers_bits(case, seed=7))
     assert form is not None and form.n_commands > 0
     if case != "dense-chain":   # the chain's backward products read data its Python calls make new
         assert form.n_products > 0
@@ -443,10 +429,10 @@ def test_what_reads_a_new_array_from_an_operation_with_steady_results_stays_pyth
     constants; a new array lies elsewhere on every call. Its address may lie in memory that stays put
     (where the probe allocated an array a command holds after freeing it): the rule alone must keep
     its readers in Python, so here every address but an input's counts as memory that stays put."""
-    from minflux.schedule import native
+    from minflux.schedule.native_places import Places
 
-    locate = native._Places.locate
-    monkeypatch.setattr(native._Places, "locate", lambda self, address: locate(self, address) or "fixed")
+    locate = Places.locate
+    monkeypatch.setattr(Places, "locate", lambda self, address: locate(self, address) or "fixed")
     rng = np.random.default_rng(5)
     step = mf.compile(through_a_new_product)
     for k in range(CALLS):

@@ -1,0 +1,174 @@
+"""Independent products of a native segment run at once, one per core.
+
+A native segment (`minflux.schedule.native`) is a list of commands run in order. Two products in it
+that share no memory one writes can run at the same time, each as the one single-threaded BLAS call
+it is anyway: the layer-normalised HM-LSTM's three input products of a layer and time step, the
+products of its backward pass that read one output gradient. So their bits do not depend on whether
+they ran together, and whether they do is decided on every call from the free cores
+(`minflux.runtime.threads.threads_now`).
+
+What each command reads and writes is taken at the probe from the arrays of its call: a command that
+says what it computes (``redo``: its operands and its ``out``) reads the operands and writes ``out``;
+any other command is taken to write every array of its call. A command runs after every earlier
+command of its segment it shares memory with where either writes; within that order, the products
+that may run at once do (`plan`). Addresses in the arena and in the statements'
+constants are compared as they are; all addresses in the replay's inputs are taken as one place (two
+inputs may be views of one array), and a command with an address in neither shares memory with every
+other.
+
+>>> reads, writes = (0, 100, 200, False), (0, 300, 400, True)
+>>> plan([[reads, writes], [(0, 500, 600, False), (0, 700, 800, True)], [(0, 300, 400, False)]],
+...      [1 << 30, 1 << 30, 0], 2)
+[(0, 1), 2]
+>>> plan([[reads, writes], [(0, 300, 400, False), (0, 500, 600, True)], [(0, 500, 600, False)], [(0, 900, 950, True)]],
+...      [1 << 30, 0, 1 << 30, 1 << 30], 2)
+[(0, 3), 1, 2]
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..runtime.native_runner import COPY, GEMM, GEMM_WORDS
+from .recorder import Ref
+
+__all__ = ["GROUP_MIN_MULTIPLY_ADDS", "apart", "accesses", "located", "multiply_adds", "plan",
+           "word_steps"]
+
+GROUP_MIN_MULTIPLY_ADDS = 1 << 24
+"""Products with fewer multiply-adds than this run alone. Two independent float32 products through
+numpy's BLAS, each single-threaded, at once on two idle cores of an AMD EPYC against one after the other
+(`native_runner` commands, the pool's threads woken for each pair): 2.1 million multiply-adds each
+0.92x the time (the wake-up costs more than half a product), 4.2 million 1.26x faster for 1.24x the
+CPU, 16.8 million 1.75x faster for 1.06x the CPU, 34-67 million 1.87-1.98x faster for the same CPU."""
+
+_INPUTS = 1
+_EVERYWHERE = ((_INPUTS, 0, 0, True), (0, 0, 1 << 64, True))
+
+
+def accesses(command, call_arrays: list) -> list:
+    """(low, high, written) for the memory ``command`` reads and writes, taken from the arrays it
+    was made of: its ``redo`` operands where it has them, else ``call_arrays`` (the arrays of its
+    call and its results), all taken as written.
+
+    >>> import numpy as np
+
+from ..runtime.native_runner import COPY, GEMM, GEMM_WORDS
+from .recorder import Ref
+    >>> from minflux.runtime.native_runner import Command
+    >>> a, out = np.zeros(4), np.zeros(4)
+    >>> [w for _, _, w in accesses(Command([], (), (np.negative, (a, out))), [])]
+    [False, True]
+    """
+    if command.redo is not None:
+        *operands, out = command.redo[1]
+        marked = [(x, False) for x in (*operands, *command.held)] + [(out, True)]
+    else:
+        marked = [(x, True) for x in (*call_arrays, *command.held)]
+    return [(*_bounds(x), written) for x, written in marked if x.__class__ is np.ndarray and x.size]
+
+
+def _bounds(x: np.ndarray) -> tuple[int, int]:
+    low = high = x.__array_interface__["data"][0]
+    for n, s in zip(x.shape, x.strides):
+        if s < 0:
+            low += (n - 1) * s
+        else:
+            high += (n - 1) * s
+    return low, high + x.itemsize
+
+
+def located(spans: list, places) -> tuple:
+    """``spans`` (from `accesses`) as (place, low, high, written): place 0 for memory that stays put,
+    `_INPUTS` for the replay's inputs (compared as one place); every memory where one lies elsewhere.
+    ``places``: a `native_places.Places`."""
+    found = []
+    for low, high, written in spans:
+        holder = places.holder(low, high)
+        if holder is None:
+            return _EVERYWHERE
+        found.append((0, low, high, written) if holder == "fixed" else (_INPUTS, 0, 0, written))
+    return tuple(found)
+
+
+def _share(x: tuple, y: tuple) -> bool:
+    """Whether two commands' accesses meet where one of them writes."""
+    for place, low, high, written in x:
+        for place2, low2, high2, written2 in y:
+            if (written or written2) and place == place2 and (place == _INPUTS or low < high2 and low2 < high):
+                return True
+    return False
+
+
+def plan(access_lists: list, multiply_adds: list, most: int) -> list:
+    """The order to run a segment's commands in: each an index, or a tuple of the indices of up to
+    ``most`` products to run at once. ``multiply_adds``: each command's, 0 for a command that is not
+    one product.
+
+    Every command runs after the earlier commands it shares memory with (`_share`). Where at least
+    two products may run, they run together; where one may and another is waiting on commands that
+    do not wait on it, those commands run first; otherwise the first command that may run does."""
+    n = len(access_lists)
+    large = [m >= GROUP_MIN_MULTIPLY_ADDS for m in multiply_adds]
+    if most < 2 or sum(large) < 2:
+        return list(range(n))
+    after = [{k for k in range(j) if _share(access_lists[k], access_lists[j])} for j in range(n)]
+    before_it: list = []            # every command each one waits on, directly or not
+    for j in range(n):
+        before_it.append(set(after[j]).union(*(before_it[k] for k in after[j])))
+    order: list = []
+    done: set = set()
+    while len(done) < n:
+        ready = [j for j in range(n) if j not in done and after[j] <= done]
+        products = [j for j in ready if large[j]]
+        if len(products) > 1:
+            order.append(tuple(products[:most]))
+            done.update(products[:most])
+            continue
+        waiting = [j for j in range(n) if large[j] and j not in done and j not in ready
+                   and not before_it[j].intersection(products)]
+        step = next((k for k in ready if not large[k] and any(k in before_it[j] for j in waiting)), None) \
+            if products and waiting else None
+        step = ready[0] if step is None else step
+        order.append(step)
+        done.add(step)
+    return order
+
+
+def apart(step, layouts: dict) -> bool:
+    """Whether recorded ``step`` is a product large enough to run beside another: its result's buffer
+    is then kept apart from memory the operations before it used (`buffers.plan_buffers`). A product
+    says how many multiply-adds it does from its operands' shapes (``multiply_adds`` on the recorded
+    function, as `mf.matmul` has)."""
+    count = getattr(step.fn, "multiply_adds", None)
+    if count is None or len(step.args) < 2:
+        return False
+    shapes = [layouts[x.slot][0] if x.__class__ is Ref and x.slot in layouts else None for x in step.args[:2]]
+    return None not in shapes and count(*shapes) >= GROUP_MIN_MULTIPLY_ADDS
+
+
+def multiply_adds(words: list) -> int:
+    """The multiply-adds of a command that is one product (`native_runner.gemm_words`), else 0.
+
+    >>> from minflux.runtime.native_runner import gemm_words
+    >>> multiply_adds(gemm_words(0, 1, 111, 111, 2, 3, 4, 0, 4, 0, 3, 0, 3, 0, None).words)
+    24
+    """
+    return words[4] * words[5] * words[6] if GEMM <= words[0] < COPY and len(words) == GEMM_WORDS else 0
+
+
+def word_steps(order: list, words: list) -> list:
+    """``order`` (from `plan`) over commands at ``words`` ((first, end) each) as what to run: the
+    (first, end) of commands run in turn, or a tuple of those of products run at once.
+
+    >>> word_steps([0, 1, (2, 4), 3], [(1, 5), (5, 9), (9, 23), (23, 30), (30, 44)])
+    [(1, 9), ((9, 23), (30, 44)), (23, 30)]
+    """
+    steps: list = []
+    for step in order:
+        if step.__class__ is tuple:
+            steps.append(tuple(words[i] for i in step))
+        elif steps and steps[-1][0].__class__ is int and steps[-1][1] == words[step][0]:
+            steps[-1] = (steps[-1][0], words[step][1])
+        else:
+            steps.append(words[step])
+    return steps

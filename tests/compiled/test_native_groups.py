@@ -1,0 +1,179 @@
+"""Independent products of a native segment run at once (`minflux.schedule.native_groups`) and give
+the eager function's bits, call after call; the order they run in keeps every dependency.
+
+The products here are small, so each test lowers the size from which products run together to one
+multiply-add and has the free-core rule report two cores, so that the groups form and run on the pool
+whatever the size and the load of the machine running the tests.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import minflux as mf
+from minflux import matrix_product
+from minflux.schedule import Recording, Replay, native_groups
+from minflux.schedule.replay import COMPILE_AFTER
+from tests.compiled.test_models_compiled import CALLS, bits, trained_to_eagers_bits
+from tests.compiled.test_native_replay import compile_after_five_replays, native_form, numpys_product  # noqa: F401
+
+
+@pytest.fixture
+def groups_at_every_size(monkeypatch):
+    monkeypatch.setattr(native_groups, "GROUP_MIN_MULTIPLY_ADDS", 1)
+    monkeypatch.setattr("minflux.schedule.native.threads_now", lambda: 2)
+    monkeypatch.setattr("minflux.schedule.native.usable_cores", lambda: 2)
+
+
+def three_normalised_terms(h, g, k, u, v, w):
+    """Three independent products, each scaled and shifted by the commands after it, then summed."""
+    a = np.add(np.multiply(matrix_product.matmul(h, u), 0.5), 1.0)
+    b = np.add(np.multiply(matrix_product.matmul(g, v), 0.25), 2.0)
+    c = np.add(np.multiply(matrix_product.matmul(k, w), 2.0), 3.0)
+    return np.add(np.add(a, b), c)
+
+
+def inputs(rng, dtype=np.float32, scale=1.0):
+    shapes = [(8, 16), (8, 12), (8, 10), (16, 24), (12, 24), (10, 24)]
+    return [(scale * rng.normal(size=shape)).astype(dtype) for shape in shapes]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_products_run_together_give_eagers_bits_for_72_calls(dtype, groups_at_every_size):
+    rng = np.random.default_rng(3)
+    step = mf.compile(three_normalised_terms)
+    for k in range(CALLS):
+        args = inputs(rng, dtype)
+        assert bits(step(*args)) == bits(three_normalised_terms(*args)), f"call {k}"
+    form = native_form(step)
+    assert form.n_products == 3 and form.n_grouped == 2   # two cores: two products at once, then one
+
+
+def test_without_groups_the_same_products_run_in_turn(monkeypatch):
+    """The threshold is what forms the groups: without lowering it these products run in turn."""
+    rng = np.random.default_rng(3)
+    step = mf.compile(three_normalised_terms)
+    for _ in range(12):
+        step(*inputs(rng))
+    assert native_form(step).n_products == 3 and native_form(step).n_grouped == 0
+
+
+@pytest.mark.parametrize("when", ["raise", "warn"])
+def test_a_product_of_a_group_that_overflows_raises_or_warns_as_numpy_does(when, groups_at_every_size,
+                                                                          numpys_product):
+    rng = np.random.default_rng(4)
+    step = mf.compile(three_normalised_terms)
+    with np.errstate(over=when):
+        for _ in range(10):
+            args = inputs(rng)
+            assert bits(step(*args)) == bits(three_normalised_terms(*args))
+        assert native_form(step).n_grouped == 2
+        huge = inputs(rng)
+        huge[1], huge[4] = np.full_like(huge[1], 1e30), np.full_like(huge[4], 1e30)   # the second product
+        if when == "raise":
+            with pytest.raises(FloatingPointError, match="overflow encountered in matmul"):
+                three_normalised_terms(*huge)
+            with pytest.raises(FloatingPointError, match="overflow encountered in matmul"):
+                step(*huge)
+        else:
+            with pytest.warns(RuntimeWarning, match="overflow encountered in matmul"):
+                want = three_normalised_terms(*huge)
+            with pytest.warns(RuntimeWarning, match="overflow encountered in matmul"):
+                got = step(*huge)
+            assert bits(got) == bits(want)
+        args = inputs(rng)   # and the next call runs its groups again, silent
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert bits(step(*args)) == bits(three_normalised_terms(*args))
+    assert step.recordings == 1
+
+
+@pytest.mark.parametrize("case", ["hmlstm-branch-ln", pytest.param("lstm-cell", marks=pytest.mark.slow)])
+def test_training_with_products_run_together_equals_eager_to_the_bit_for_72_steps(case, groups_at_every_size):
+    assert native_form(trained_to_eagers_bits(case, seed=8)).n_grouped > 0
+
+
+def random_accesses(rng, n: int) -> list:
+    """``n`` commands' accesses: a few ranges each in a small memory, read or written, some in the
+    inputs, some everywhere."""
+    found = []
+    for _ in range(n):
+        if rng.random() < 0.05:
+            found.append(native_groups._EVERYWHERE)
+            continue
+        spans = []
+        for _ in range(rng.integers(1, 4)):
+            if rng.random() < 0.15:
+                spans.append((native_groups._INPUTS, 0, 0, bool(rng.random() < 0.3)))
+            else:
+                low = int(rng.integers(0, 60))
+                spans.append((0, low, low + int(rng.integers(1, 8)), bool(rng.random() < 0.4)))
+        found.append(tuple(spans))
+    return found
+
+
+def meet(x, y) -> bool:
+    """Whether two commands' accesses touch one byte that either writes, by the bytes themselves."""
+    def cells(accesses, written_only):
+        return {(p, c) for p, lo, hi, w in accesses if w or not written_only
+                for c in (range(1 << 62, (1 << 62) + 1) if p == native_groups._INPUTS else range(lo, min(hi, 100)))}
+    everywhere = native_groups._EVERYWHERE
+    if x == everywhere or y == everywhere:
+        return True
+    return bool(cells(x, True) & cells(y, False)) or bool(cells(y, True) & cells(x, False))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_plan_runs_every_command_once_after_everything_it_depends_on(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 30))
+    accesses = random_accesses(rng, n)
+    work = [int(rng.choice([0, 1 << 30])) for _ in range(n)]
+    most = int(rng.integers(2, 4))
+    order = native_groups.plan(accesses, work, most)
+    when: dict = {}
+    for at, step in enumerate(order):
+        group = step if step.__class__ is tuple else (step,)
+        assert len(group) <= most
+        if len(group) > 1:
+            assert all(work[i] for i in group), "only products run together"
+            assert not any(meet(accesses[i], accesses[j]) for i in group for j in group if i < j)
+        for i in group:
+            assert i not in when
+            when[i] = at
+    assert sorted(when) == list(range(n))
+    for j in range(n):
+        for i in range(j):
+            if meet(accesses[i], accesses[j]):
+                assert when[i] < when[j], f"command {j} ran before {i}, whose memory it shares"
+
+
+def test_two_independent_products_wait_for_what_the_second_needs_and_run_together():
+    reads, writes = (0, 0, 10, False), (0, 10, 20, True)
+    accesses = [(reads, writes),                               # a product
+                ((0, 30, 40, False), (0, 40, 50, True)),        # what the next product reads
+                ((0, 40, 50, False), (0, 50, 60, True)),        # a product
+                ((0, 10, 20, False), (0, 60, 70, True))]        # reads the first product
+    assert native_groups.plan(accesses, [1 << 30, 0, 1 << 30, 0], 2) == [1, (0, 2), 3]
+    assert native_groups.plan(accesses, [1 << 30, 0, 1 << 30, 0], 1) == [0, 1, 2, 3]   # one core: as recorded
+
+
+def test_a_products_buffer_takes_no_memory_used_since_the_product_before_it(monkeypatch):
+    """Kept apart, the second product's result lies where nothing since the first was placed has
+    been; without the rule it reuses the first product's result, freed by the scaling."""
+    monkeypatch.setattr(native_groups, "GROUP_MIN_MULTIPLY_ADDS", 1)
+    rec = Recording("f")
+    h, u, g, v = (rec.input(np.ones(shape, np.float32)) for shape in ((4, 8), (8, 16), (4, 8), (8, 16)))
+    a = np.multiply(matrix_product.matmul(h, u), 2.0)
+    b = np.multiply(matrix_product.matmul(g, v), 3.0)
+    out = np.add(a, b)
+    products = [i for i, step in enumerate(rec.steps) if step.fn is matrix_product.matmul.__wrapped_operation__]
+    replay = Replay(rec, [out.slot])
+    rec.close()
+    args = [np.ones((4, 8), np.float32), np.ones((8, 16), np.float32)] * 2
+    for _ in range(COMPILE_AFTER + 1):
+        assert replay(args)[0].tolist() == np.full((4, 16), 8.0 * 2 + 8.0 * 3).tolist()
+    first, second = (replay.buffers.outs[i] for i in products)
+    assert not np.may_share_memory(first, second)

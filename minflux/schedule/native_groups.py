@@ -48,7 +48,8 @@ _EVERYWHERE = ((_INPUTS, 0, 0, True), (0, 0, 1 << 64, True))
 def accesses(command, call_arrays: list) -> list:
     """(low, high, written) for the memory ``command`` reads and writes, taken from the arrays it
     was made of: its ``redo`` operands where it has them, else ``call_arrays`` (the arrays of its
-    call and its results), all taken as written.
+    call and its results), all taken as written; None where one of its addresses lies in none of
+    those arrays.
 
     >>> import numpy as np
 
@@ -58,13 +59,19 @@ from .recorder import Ref
     >>> a, out = np.zeros(4), np.zeros(4)
     >>> [w for _, _, w in accesses(Command([], (), (np.negative, (a, out))), [])]
     [False, True]
+    >>> accesses(Command([a.ctypes.data + 8, 12345], (0, 1)), [a]) is None   # 12345: in no array of its call
+    True
     """
     if command.redo is not None:
         *operands, out = command.redo[1]
         marked = [(x, False) for x in (*operands, *command.held)] + [(out, True)]
     else:
         marked = [(x, True) for x in (*call_arrays, *command.held)]
-    return [(*_bounds(x), written) for x, written in marked if x.__class__ is np.ndarray and x.size]
+    spans = [(*_bounds(x), written) for x, written in marked if x.__class__ is np.ndarray and x.size]
+    for p in command.addresses:   # an address in none of those arrays: memory of unknown extent
+        if not any(low <= command.words[p] < high for low, high, _ in spans):
+            return None
+    return spans
 
 
 def _bounds(x: np.ndarray) -> tuple[int, int]:
@@ -77,10 +84,12 @@ def _bounds(x: np.ndarray) -> tuple[int, int]:
     return low, high + x.itemsize
 
 
-def located(spans: list, places) -> tuple:
+def located(spans: list | None, places) -> tuple:
     """``spans`` (from `accesses`) as (place, low, high, written): place 0 for memory that stays put,
     `_INPUTS` for the replay's inputs (compared as one place); every memory where one lies elsewhere.
     ``places``: a `native_places.Places`."""
+    if spans is None:
+        return _EVERYWHERE
     found = []
     for low, high, written in spans:
         holder = places.holder(low, high)

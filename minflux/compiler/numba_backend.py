@@ -378,14 +378,16 @@ class Launcher:
     def command(self, arrays: list, out: list):
         """The native runner's `Command` (`minflux.runtime.native_runner.kernel_words`) for what
         ``self(arrays, out)`` does, or None where that is more than one call of the kernel on this
-        thread into ``out`` (an input broadcast through a copy, rows in chunks or over threads, an
-        output left new, no elements). An input the kernel reads through a copy is copied by the
-        command (rows of bytes) into the copy the probe made; a numpy scalar input is read from a
-        cell of its own, which the command's ``refresh`` writes from each call's scalar of the same
-        type (as functions of ``arrays``)."""
+        thread into ``out`` (an input broadcast through a copy, rows in chunks, an output left new, no
+        elements). An input the kernel reads through a copy is copied by the command (rows of bytes)
+        into the copy the probe made; a numpy scalar input is read from a cell of its own, which the
+        command's ``refresh`` writes from each call's scalar of the same type (as functions of
+        ``arrays``). A launch large enough to split over threads is a command whose rows may run in
+        shares at once (``rows``), as the launch splits them, where it reads no copy."""
         total = self.plan.total
-        if (not total or len(self.chunks) != 1 or total >= PARALLEL_MIN_ELEMENTS or any(o is None for o in out)
-                or 2 + len(self.head) + len(arrays) + len(out) > MAX_KERNEL_ARGUMENTS):
+        if (not total or len(self.chunks) != 1 or any(o is None for o in out)
+                or 2 + len(self.head) + len(arrays) + len(out) > MAX_KERNEL_ARGUMENTS
+                or total >= PARALLEL_MIN_ELEMENTS and self.reads):
             return None
         read, cells, gathers = self._read(arrays), [], []
         for k, how in self.reads:
@@ -399,6 +401,8 @@ class Launcher:
                 cells.append((k, arrays[k].__class__, read[k]))
         command = kernel_words(function_address(self.kernel.call), [0, self.plan.rows, *self.head],
                                pointers([*read, *out]))
+        if total >= PARALLEL_MIN_ELEMENTS:
+            return command._replace(rows=self.plan.rows)
         if gathers:
             command = sequence(*gathers, command)
         copies = tuple(read[k] for k, how in self.reads if how in COPIES)

@@ -229,8 +229,9 @@ def gradient_sums(grads: list, partials: list, structure: tuple, in_place: bool 
 
 def gradient_sums_command(grads: list, partials: list, structure: tuple, sums: list | None = None):
     """The native runner's `Command` (`minflux.runtime.native_runner`) for ``gradient_sums(grads,
-    partials, structure, in_place=True)`` (or, given ``sums``, ``sums=sums``), or None where that
-    splits over threads or has no elements.
+    partials, structure, in_place=True)`` (or, given ``sums``, ``sums=sums``), or None where that has
+    no elements; where the call splits its rows over threads, the command's rows may run in shares at
+    once (``rows``).
 
     >>> g, p = [np.full(3, 2.0)], [np.arange(3.0)]
     >>> gradient_sums_command(g, p, (((0, 0),),)).words[3:8]
@@ -239,12 +240,12 @@ def gradient_sums_command(grads: list, partials: list, structure: tuple, sums: l
     written = sums or [partials[terms[0][1]] for terms in structure]
     arrays = [*grads, *partials, *(sums or [])]
     how = _own(walk(grads, partials, written), len(arrays))
-    if how is None or not how.total or how.total >= PARALLEL_MIN_ELEMENTS or \
-            5 + len(how.strides) + len(arrays) > MAX_KERNEL_ARGUMENTS:
+    if how is None or not how.total or 5 + len(how.strides) + len(arrays) > MAX_KERNEL_ARGUMENTS:
         return None
     kernel = _kernel(structure, len(grads), len(partials), grads[0].dtype, sums is None, how.steps)
-    return kernel_words(function_address(kernel.call), [0, how.rows, how.inner, how.total, how.rows, *how.strides],
-                        pointers(arrays))
+    command = kernel_words(function_address(kernel.call), [0, how.rows, how.inner, how.total, how.rows, *how.strides],
+                           pointers(arrays))
+    return command._replace(rows=how.rows) if how.total >= PARALLEL_MIN_ELEMENTS else command
 
 
 def _own(how: Walk | None, n_arrays: int) -> Walk | None:

@@ -68,13 +68,16 @@ class Command(NamedTuple):
     numpy scalar a kernel reads has no address of its own): ``write(args, kwargs)``, called with each
     call's arguments before the command runs, writes the cells and returns False where the arguments
     are not of the kinds the command was made for (the call then runs in Python instead);
-    ``reads(args, kwargs)`` gives the arguments it writes into cells."""
+    ``reads(args, kwargs)`` gives the arguments it writes into cells. ``rows``: 0, or the rows of a
+    kernel that computes each row alone (as its launcher splits them over threads), whose row range
+    (words 3 and 4) may be cut into shares run at once."""
 
     words: list
     addresses: tuple
     redo: tuple | None = None
     held: tuple = ()
     refresh: tuple[Callable, Callable] | None = None
+    rows: int = 0
 
 
 _lock = threading.Lock()

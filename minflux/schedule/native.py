@@ -283,17 +283,18 @@ class NativeForm:
                 continue
             steady.update(st.writes)
             first = len(words)
-            for p, at in zip(command.addresses, located):
-                if at != "fixed":
-                    patches.append((first + p, *at))
-            words.extend(command.words)
+            shares = native_groups.row_shares(command, usable_cores())
+            for share in shares:
+                patches.extend((len(words) + p, *at) for p, at in zip(command.addresses, located) if at != "fixed")
+                words.extend(share)
             if command.redo is not None:
                 fn, operands = command.redo
                 self._redo[first] = (fn, [(first + p, x.shape, x.strides, x.dtype) if x.__class__ is np.ndarray
                                           else x for p, x in zip(command.addresses, operands)], len(words))
             natives[index] = (first, len(words), _stub(statements[index], result))
             work[index] = (native_groups.located(probe.accesses[index], places),
-                           0 if command.refresh else native_groups.multiply_adds(command.words))
+                           0 if command.refresh else native_groups.multiply_adds(command.words),
+                           native_groups.share_words(first, len(command.words), len(shares)))
             if command.refresh is not None:
                 refreshes[index] = self._refresh_statement(st, (first, len(words)), result, command.refresh)
         self.program = np.array(words, np.int64)
@@ -307,7 +308,8 @@ class NativeForm:
         self.statements, self.n_segments = self._segments(statements, natives, refreshes, outputs, work)
         self.n_commands = len(natives)
         tags = []   # of every runner command (a statement's command may be several)
-        for first, end, _ in natives.values():
+        for index, (first, end, _) in natives.items():
+            end = work[index][2][0][1] if work[index][2] else end   # a kernel's row shares: one kernel
             while first < end:
                 tags.append(int(self.program[first]))
                 first += native_runner.command_size(self.program, first)
@@ -362,8 +364,9 @@ class NativeForm:
                 order = native_groups.plan([work[i][0] for i in members], [work[i][1] for i in members],
                                            usable_cores())
                 call = [self.segment, *segment]
-                if len(order) < len(members):
-                    steps = native_groups.word_steps(order, [natives[i][:2] for i in members])
+                shares = [work[i][2] for i in members]
+                if len(order) < len(members) or any(shares):
+                    steps = native_groups.word_steps(order, [natives[i][:2] for i in members], shares)
                     call = [self.in_groups, steps]
                     self.n_grouped += sum(len(step) for step in order if step.__class__ is tuple)
                 result.append(statements[0]._replace(text="$(" + ", ".join("$" * (len(call) - 1)) + ")",
@@ -422,8 +425,9 @@ class NativeForm:
 
     def in_groups(self, steps: list) -> None:
         """Run a segment's ``steps`` (`native_groups.word_steps`): the commands of a word range in turn,
-        the products of a group at once on the threads free now (one after the other where that is
-        one); where a product's check failed, the group's products are run again in turn."""
+        the products of a group or a kernel's row shares at once on the threads free now (one after
+        the other where that is one); where a product's check failed, the group's products are run
+        again in turn."""
         for step in steps:
             if step[0].__class__ is int:
                 self.segment(*step)

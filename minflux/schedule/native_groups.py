@@ -1,11 +1,13 @@
-"""Independent products of a native segment run at once, one per core.
+"""Independent products of a native segment run at once, one per core, and a large kernel's rows in
+shares at once, as its launcher splits them.
 
 A native segment (`minflux.schedule.native`) is a list of commands run in order. Two products in it
 that share no memory one writes can run at the same time, each as the one single-threaded BLAS call
 it is anyway: the layer-normalised HM-LSTM's three input products of a layer and time step, the
 products of its backward pass that read one output gradient. So their bits do not depend on whether
 they ran together, and whether they do is decided on every call from the free cores
-(`minflux.runtime.threads.threads_now`).
+(`minflux.runtime.threads.threads_now`). A kernel large enough for its launcher to split its rows over
+threads (each row computed alone) is cut into shares of its rows by the same rule (`row_shares`).
 
 What each command reads and writes is taken at the probe from the arrays of its call: a command that
 says what it computes (``redo``: its operands and its ``out``) reads the operands and writes ``out``;
@@ -31,8 +33,8 @@ import numpy as np
 from ..runtime.native_runner import COPY, GEMM, GEMM_WORDS
 from .recorder import Ref
 
-__all__ = ["GROUP_MIN_MULTIPLY_ADDS", "apart", "accesses", "located", "multiply_adds", "plan",
-           "word_steps"]
+__all__ = ["GROUP_MIN_MULTIPLY_ADDS", "apart", "accesses", "located", "multiply_adds", "plan", "row_shares",
+           "share_words", "word_steps"]
 
 GROUP_MIN_MULTIPLY_ADDS = 1 << 24
 """Products with fewer multiply-adds than this run alone. Two independent float32 products through
@@ -165,17 +167,51 @@ def multiply_adds(words: list) -> int:
     return words[4] * words[5] * words[6] if GEMM <= words[0] < COPY and len(words) == GEMM_WORDS else 0
 
 
-def word_steps(order: list, words: list) -> list:
-    """``order`` (from `plan`) over commands at ``words`` ((first, end) each) as what to run: the
-    (first, end) of commands run in turn, or a tuple of those of products run at once.
+def row_shares(command, most: int) -> list:
+    """The words of ``command`` as up to ``most`` commands over consecutive shares of its rows, where
+    it may be so cut (``rows``; not a command with cells to write or a check to redo), else its words.
 
-    >>> word_steps([0, 1, (2, 4), 3], [(1, 5), (5, 9), (9, 23), (23, 30), (30, 44)])
+    >>> from minflux.runtime.native_runner import kernel_words
+    >>> [w[3:5] for w in row_shares(kernel_words(1, [0, 5, 1, 5, 5], [64])._replace(rows=5), 2)]
+    [[0, 2], [2, 5]]
+    """
+    if not command.rows or command.refresh is not None or command.redo is not None or most < 2:
+        return [command.words]
+    n = min(most, command.rows)
+    shares = []
+    for k in range(n):
+        words = list(command.words)
+        words[3], words[4] = command.rows * k // n, command.rows * (k + 1) // n
+        shares.append(words)
+    return shares
+
+
+def share_words(first: int, size: int, n: int) -> list:
+    """The (first, end) words of ``n`` row shares of ``size`` words each from word ``first``; none
+    for a command run whole.
+
+    >>> share_words(10, 4, 2), share_words(10, 4, 1)
+    ([(10, 14), (14, 18)], [])
+    """
+    return [(first + size * k, first + size * (k + 1)) for k in range(n)] if n > 1 else []
+
+
+def word_steps(order: list, words: list, shares: list) -> list:
+    """``order`` (from `plan`) over commands at ``words`` ((first, end) each) as what to run: the
+    (first, end) of commands run in turn, or a tuple of those of products, or of a kernel's row
+    shares (``shares[i]``, where not empty), run at once.
+
+    >>> word_steps([0, 1, (2, 4), 3], [(1, 5), (5, 9), (9, 23), (23, 30), (30, 44)], [[]] * 5)
     [(1, 9), ((9, 23), (30, 44)), (23, 30)]
+    >>> word_steps([0, 1], [(1, 5), (5, 13)], [[], [(5, 9), (9, 13)]])
+    [(1, 5), ((5, 9), (9, 13))]
     """
     steps: list = []
     for step in order:
         if step.__class__ is tuple:
             steps.append(tuple(words[i] for i in step))
+        elif shares[step]:
+            steps.append(tuple(shares[step]))
         elif steps and steps[-1][0].__class__ is int and steps[-1][1] == words[step][0]:
             steps[-1] = (steps[-1][0], words[step][1])
         else:

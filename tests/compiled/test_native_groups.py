@@ -177,3 +177,32 @@ def test_a_products_buffer_takes_no_memory_used_since_the_product_before_it(monk
         assert replay(args)[0].tolist() == np.full((4, 16), 8.0 * 2 + 8.0 * 3).tolist()
     first, second = (replay.buffers.outs[i] for i in products)
     assert not np.may_share_memory(first, second)
+
+
+@mf.elementwise
+def soft_gate(x, y):
+    return mf.log(1.0 + mf.exp(x)) * y if x < 2.0 else x * y
+
+
+def large_gradients(x, y):
+    """Kernels and node gradient sums of 147,456 elements: large enough that their launchers split
+    their rows over threads."""
+    return mf.gradient(lambda x, y: mf.sum(mf.broadcast(soft_gate, x, y) * mf.tanh(x)), x, y)
+
+
+def row_share_steps(form) -> int:
+    return sum(1 for st in form.statements if st.params and st.params[0] == form.in_groups
+               for step in st.params[1] if step[0].__class__ is tuple)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_large_kernels_run_their_rows_in_shares_and_equal_eager_for_72_calls(dtype, groups_at_every_size):
+    rng = np.random.default_rng(10)
+    step = mf.compile(large_gradients)
+    with mf.fusion(compile_after=1):   # fused from the first call, as the replays are
+        for k in range(CALLS):
+            x, y = rng.normal(size=(384, 384)).astype(dtype), rng.normal(size=(384, 384)).astype(dtype)
+            x[rng.integers(0, 384, 20), rng.integers(0, 384, 20)] = 2.0   # the branch's edge
+            assert [bits(g) for g in step(x, y)] == [bits(g) for g in large_gradients(x, y)], f"call {k}"
+    if mf.get_elementwise_backend() == "numba":
+        assert row_share_steps(native_form(step)) > 0

@@ -129,7 +129,7 @@ class Probe:
     def __init__(self):
         self.commands: dict = {}
         self.views: dict = {}
-        self.accesses: dict = {}    # statement -> what its command reads and writes (`native_groups`)
+        self.made_of: dict = {}     # statement -> its command and the arrays of its call (`native_groups`)
 
     def __call__(self, index: int, fn, /, *args, **kwargs):
         make, command = command_of(fn), None
@@ -145,7 +145,7 @@ class Probe:
         if command is not None and (command.redo is None or
                                     scratch is not None and scratch.tobytes() == command.redo[1][-1].tobytes()):
             self.commands[index] = (command, result)
-            self.accesses[index] = native_groups.accesses(command, _arrays((args, tuple(kwargs.values()), result)))
+            self.made_of[index] = (command, _arrays((args, tuple(kwargs.values()), result)))
         if getattr(fn, "steady_results", False):
             self.views[index] = _holders(result, _leaves((args, tuple(kwargs.values()))))
         return result
@@ -258,7 +258,7 @@ class NativeForm:
         patches: list = []          # (word, input, offset)
         self._redo: dict = {}       # the first word of a checked command -> (numpy call, operands, end word)
         natives: dict = {}          # statement -> (first word, end word, its result as a statement or None)
-        work: dict = {}             # statement -> (what its command reads and writes, its multiply-adds)
+        work: dict = {}             # statement -> (its multiply-adds, the words of its row shares)
         refreshes: dict = {}        # statement -> the statement writing its command's cells
         self._skip = (-1, -1)       # the first and end words of a command whose call ran in Python instead
         steady = set(range(len(inputs)))   # slots whose arrays lie where they lay at the probe, or in an input
@@ -292,8 +292,7 @@ class NativeForm:
                 self._redo[first] = (fn, [(first + p, x.shape, x.strides, x.dtype) if x.__class__ is np.ndarray
                                           else x for p, x in zip(command.addresses, operands)], len(words))
             natives[index] = (first, len(words), _stub(statements[index], result))
-            work[index] = (native_groups.located(probe.accesses[index], places),
-                           0 if command.refresh else native_groups.multiply_adds(command.words),
+            work[index] = (0 if command.refresh else native_groups.multiply_adds(command.words),
                            native_groups.share_words(first, len(command.words), len(shares)))
             if command.refresh is not None:
                 refreshes[index] = self._refresh_statement(st, (first, len(words)), result, command.refresh)
@@ -305,11 +304,12 @@ class NativeForm:
         self._inputs = [(i, inputs[i].shape, inputs[i].strides, inputs[i].dtype) for i in used]
         self._patch_which = np.array([used.index(i) for _, i, _ in patches], np.intp)
         self.n_grouped = 0
-        self.statements, self.n_segments = self._segments(statements, natives, refreshes, outputs, work)
+        accesses = lambda i: native_groups.located(native_groups.accesses(*probe.made_of[i]), places)  # noqa: E731
+        self.statements, self.n_segments = self._segments(statements, natives, refreshes, outputs, work, accesses)
         self.n_commands = len(natives)
         tags = []   # of every runner command (a statement's command may be several)
         for index, (first, end, _) in natives.items():
-            end = work[index][2][0][1] if work[index][2] else end   # a kernel's row shares: one kernel
+            end = work[index][1][0][1] if work[index][1] else end   # a kernel's row shares: one kernel
             while first < end:
                 tags.append(int(self.program[first]))
                 first += native_runner.command_size(self.program, first)
@@ -341,8 +341,8 @@ class NativeForm:
                 np.copyto(k, m)
         self._skip = words
 
-    def _segments(self, statements: list, natives: dict, refreshes: dict, outputs: list, work: dict
-                  ) -> tuple[list, int]:
+    def _segments(self, statements: list, natives: dict, refreshes: dict, outputs: list, work: dict,
+                  accesses) -> tuple[list, int]:
         needed = set(outputs)
         keep = [False] * len(statements)
         for index in range(len(statements) - 1, -1, -1):
@@ -361,10 +361,10 @@ class NativeForm:
         def close():
             nonlocal segment, stubs, n_segments, members
             if segment is not None:
-                order = native_groups.plan([work[i][0] for i in members], [work[i][1] for i in members],
+                order = native_groups.plan(lambda k: accesses(members[k]), [work[i][0] for i in members],
                                            usable_cores())
                 call = [self.segment, *segment]
-                shares = [work[i][2] for i in members]
+                shares = [work[i][1] for i in members]
                 if len(order) < len(members) or any(shares):
                     steps = native_groups.word_steps(order, [natives[i][:2] for i in members], shares)
                     call = [self.in_groups, steps]

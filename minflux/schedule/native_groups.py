@@ -19,11 +19,11 @@ inputs may be views of one array), and a command with an address in neither shar
 other.
 
 >>> reads, writes = (0, 100, 200, False), (0, 300, 400, True)
->>> plan([[reads, writes], [(0, 500, 600, False), (0, 700, 800, True)], [(0, 300, 400, False)]],
+>>> plan([[reads, writes], [(0, 500, 600, False), (0, 700, 800, True)], [(0, 300, 400, False)]].__getitem__,
 ...      [1 << 30, 1 << 30, 0], 2)
 [(0, 1), 2]
->>> plan([[reads, writes], [(0, 300, 400, False), (0, 500, 600, True)], [(0, 500, 600, False)], [(0, 900, 950, True)]],
-...      [1 << 30, 0, 1 << 30, 1 << 30], 2)
+>>> plan([[reads, writes], [(0, 300, 400, False), (0, 500, 600, True)], [(0, 500, 600, False)],
+...       [(0, 900, 950, True)]].__getitem__, [1 << 30, 0, 1 << 30, 1 << 30], 2)
 [(0, 3), 1, 2]
 """
 from __future__ import annotations
@@ -110,18 +110,20 @@ def _share(x: tuple, y: tuple) -> bool:
     return False
 
 
-def plan(access_lists: list, multiply_adds: list, most: int) -> list:
+def plan(accesses_of, multiply_adds: list, most: int) -> list:
     """The order to run a segment's commands in: each an index, or a tuple of the indices of up to
     ``most`` products to run at once. ``multiply_adds``: each command's, 0 for a command that is not
-    one product.
+    one product; ``accesses_of(i)``: command ``i``'s accesses (`located`), asked only where at least
+    two products could run at once.
 
     Every command runs after the earlier commands it shares memory with (`_share`). Where at least
     two products may run, they run together; where one may and another is waiting on commands that
     do not wait on it, those commands run first; otherwise the first command that may run does."""
-    n = len(access_lists)
+    n = len(multiply_adds)
     large = [m >= GROUP_MIN_MULTIPLY_ADDS for m in multiply_adds]
     if most < 2 or sum(large) < 2:
         return list(range(n))
+    access_lists = [accesses_of(i) for i in range(n)]
     after = [{k for k in range(j) if _share(access_lists[k], access_lists[j])} for j in range(n)]
     before_it: list = []            # every command each one waits on, directly or not
     for j in range(n):

@@ -132,7 +132,7 @@ def test_a_plan_runs_every_command_once_after_everything_it_depends_on(seed):
     accesses = random_accesses(rng, n)
     work = [int(rng.choice([0, 1 << 30])) for _ in range(n)]
     most = int(rng.integers(2, 4))
-    order = native_groups.plan(accesses, work, most)
+    order = native_groups.plan(accesses.__getitem__, work, most)
     when: dict = {}
     for at, step in enumerate(order):
         group = step if step.__class__ is tuple else (step,)
@@ -156,8 +156,9 @@ def test_two_independent_products_wait_for_what_the_second_needs_and_run_togethe
                 ((0, 30, 40, False), (0, 40, 50, True)),        # what the next product reads
                 ((0, 40, 50, False), (0, 50, 60, True)),        # a product
                 ((0, 10, 20, False), (0, 60, 70, True))]        # reads the first product
-    assert native_groups.plan(accesses, [1 << 30, 0, 1 << 30, 0], 2) == [1, (0, 2), 3]
-    assert native_groups.plan(accesses, [1 << 30, 0, 1 << 30, 0], 1) == [0, 1, 2, 3]   # one core: as recorded
+    assert native_groups.plan(accesses.__getitem__, [1 << 30, 0, 1 << 30, 0], 2) == [1, (0, 2), 3]
+    # on one core, as recorded
+    assert native_groups.plan(accesses.__getitem__, [1 << 30, 0, 1 << 30, 0], 1) == [0, 1, 2, 3]
 
 
 def test_a_products_buffer_takes_no_memory_used_since_the_product_before_it(monkeypatch):

@@ -13,7 +13,7 @@ What each command reads and writes is taken at the probe from the arrays of its 
 says what it computes (``redo``: its operands and its ``out``) reads the operands and writes ``out``;
 any other command is taken to write every array of its call. A command runs after every earlier
 command of its segment it shares memory with where either writes; within that order, the products
-that may run at once do (`plan`). Addresses in the arena and in the statements'
+that may run at once do (`plan`, in windows of `WINDOW` commands). Addresses in the arena and in the statements'
 constants are compared as they are; all addresses in the replay's inputs are taken as one place (two
 inputs may be views of one array), and a command with an address in neither shares memory with every
 other.
@@ -42,6 +42,9 @@ numpy's BLAS, each single-threaded, at once on two idle cores of an AMD EPYC aga
 (`native_runner` commands, the pool's threads woken for each pair): 2.1 million multiply-adds each
 0.92x the time (the wake-up costs more than half a product), 4.2 million 1.26x faster for 1.24x the
 CPU, 16.8 million 1.75x faster for 1.06x the CPU, 34-67 million 1.87-1.98x faster for the same CPU."""
+
+WINDOW = 64
+"""Commands of a segment planned together at most (`plan`)."""
 
 _INPUTS = 1
 _EVERYWHERE = ((_INPUTS, 0, 0, True), (0, 0, 1 << 64, True))
@@ -118,8 +121,14 @@ def plan(accesses_of, multiply_adds: list, most: int) -> list:
 
     Every command runs after the earlier commands it shares memory with (`_share`). Where at least
     two products may run, they run together; where one may and another is waiting on commands that
-    do not wait on it, those commands run first; otherwise the first command that may run does."""
+    do not wait on it, those commands run first; otherwise the first command that may run does. A
+    long segment is planned in windows of `WINDOW` commands, one after the other (the work grows with
+    the cube of a window's length)."""
     n = len(multiply_adds)
+    if n > WINDOW:
+        windows = range(0, n, WINDOW)
+        return [step for start in windows for step in _shifted(
+            plan(lambda i, start=start: accesses_of(start + i), multiply_adds[start:start + WINDOW], most), start)]
     large = [m >= GROUP_MIN_MULTIPLY_ADDS for m in multiply_adds]
     if most < 2 or sum(large) < 2:
         return list(range(n))
@@ -145,6 +154,10 @@ def plan(accesses_of, multiply_adds: list, most: int) -> list:
         order.append(step)
         done.add(step)
     return order
+
+
+def _shifted(order: list, by: int) -> list:
+    return [step + by if step.__class__ is int else tuple(i + by for i in step) for step in order]
 
 
 def apart(step, layouts: dict) -> bool:

@@ -76,7 +76,8 @@ def _laid_out(x: np.ndarray, layout: str) -> np.ndarray:
     return x
 
 
-def _same(a, b) -> bool:
+def same(a, b) -> bool:
+    """Whether ``a`` and ``b`` are arrays of one dtype and shape with the same bytes."""
     a, b = np.asarray(a), np.asarray(b)
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
@@ -134,7 +135,7 @@ def _difference(a, b, what: str) -> str | None:
     if [n for n, _ in la] != [n for n, _ in lb]:
         return f"{what} has another structure"
     for (name, u), (_, v) in zip(la, lb):
-        if not _same(u, v):
+        if not same(u, v):
             return f"{what} differs at {name or 'the value'}: compiled {np.asarray(u)!r}, eager {np.asarray(v)!r}"
     return None
 

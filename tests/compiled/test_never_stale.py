@@ -6,8 +6,6 @@ function with the same function run eagerly, bit for bit.
 from __future__ import annotations
 
 import dataclasses
-import io
-import logging
 import os
 import random
 import time
@@ -18,6 +16,7 @@ import pytest
 
 import minflux as mf
 from minflux.compiled import step as step_module
+from tests.compiled.step_programs import same
 
 SCALE = 2.0
 WEIGHTS = np.array([1.0, 2.0])
@@ -30,11 +29,6 @@ class Settings:
 
 
 SETTINGS = Settings()
-
-
-def same(a, b) -> bool:
-    a, b = np.asarray(a), np.asarray(b)
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 def scaled(x):
@@ -371,141 +365,3 @@ def test_a_recording_is_kept_once_fusion_has_settled_and_matches_eager(compile_a
         want = body(x, y)           # fusion has compiled the expression by now, as in the replays
     assert all(same(a, b) for a, b in zip(mf.tree.leaves(got[-1]), mf.tree.leaves(want)))
     assert f.recordings == 1 and len(made) == compile_after   # the last recording call is the settled one
-
-
-def test_a_side_effect_on_a_free_variable_is_refused():
-    log = []
-
-    def logged(x):
-        log.append(1)
-        return x * 2.0
-
-    with pytest.raises(mf.NotReplayable, match="changes the structure"):
-        mf.compile(logged)(np.ones(2))
-
-
-@pytest.mark.parametrize("key", [np.int64(3), float("nan"), "w@1", ("a", 2), 2.5])
-def test_dict_keys_of_every_kind_reach_the_replay_as_themselves(key):
-    @mf.operation
-    def pick(tree):
-        return tree[key] * 2.0
-
-    f = mf.compile(lambda x: pick({key: x, "other": x + 1.0}))
-    for k in range(70):       # the 65th replay runs the straight-line form
-        x = np.full(2, float(k))
-        assert same(f(x), x * 2.0)
-    assert f.recordings == 1
-
-
-def test_a_returned_generator_is_the_callers_and_check_mode_shares_what_cannot_be_copied():
-    import threading
-
-    f = mf.compile(lambda rng, x: (x + rng.normal(size=2), rng))
-    rng, twin = np.random.default_rng(0), np.random.default_rng(0)
-    for _ in range(3):
-        y, back = f(rng, np.zeros(2))
-        assert back is rng and same(y, twin.normal(size=2))
-
-    class Holder:
-        def __init__(self):
-            self.lock, self.w = threading.Lock(), np.ones(2)
-
-    holder = Holder()
-    g = mf.compile(lambda h, x: x * h.w, check=True)
-    for k in range(3):
-        assert same(g(holder, np.full(2, float(k))), np.full(2, float(k)))
-
-
-def test_a_compiled_bound_method_reads_and_updates_its_objects_arrays():
-    class Trainer:
-        def __init__(self):
-            self.model = {"w": np.array([0.5, -1.0])}
-            self.opt_state = mf.optim.setup(mf.optim.Descent(0.1), self.model)
-            self.step = mf.compile(self._step)
-
-        def _step(self, x):
-            loss, (grads,) = mf.withgradient(lambda m: mf.sum(mf.tanh(m["w"] * x)), self.model)
-            mf.optim.update(self.opt_state, self.model, grads)
-            return loss
-
-    trainer, twin = Trainer(), Trainer()
-    for k in range(5):
-        x = np.full(2, 1.0 + k)
-        assert same(trainer.step(x), twin._step(x))
-    assert same(trainer.model["w"], twin.model["w"]) and trainer.step.replays == 4
-
-
-def test_a_0d_array_rebound_to_a_numpy_scalar_is_refused_naming_the_in_place_form():
-    def accumulate(state, x):
-        state["total"] = state["total"] + mf.sum(x)     # numpy makes this a scalar, eagerly too
-        return x * 2.0
-
-    with pytest.raises(mf.NotReplayable, match=r"rebinds argument 0's total from an array to a numpy "
-                                               r"scalar .* in place instead"):
-        mf.compile(accumulate)({"total": np.zeros(())}, np.ones(3))
-
-    def in_place(state, x):
-        state["total"] += mf.sum(x)
-        return x * 2.0
-
-    f, state, twin = mf.compile(in_place), {"total": np.zeros(())}, {"total": np.zeros(())}
-    for k in range(4):
-        assert same(f(state, np.full(3, k)), in_place(twin, np.full(3, k)))
-    assert same(state["total"], twin["total"]) and f.replays == 3
-
-
-experiment_log = logging.getLogger("minflux.tests.experiment")
-experiment_log.addHandler(logging.StreamHandler(io.StringIO()))   # a stream: an iterator, if walked
-
-
-def logs_and_doubles(x, namespace):
-    experiment_log.debug("a step")
-    return x * namespace.scale
-
-
-def test_library_objects_are_keyed_by_identity_and_namespaces_are_walked():
-    import types as pytypes
-
-    f = mf.compile(logs_and_doubles)
-    settings = pytypes.SimpleNamespace(scale=2.0)
-    for scale in (2.0, 2.0, 3.0, 2.0):
-        settings.scale = scale
-        assert same(f(np.ones(2), settings), np.full(2, scale))
-    assert f.recordings == 2 and f.replays == 2
-
-
-@mf.operation(results="new")
-def mean_in_a_dtype_the_data_choose(x):
-    """float64 where the mean is positive, else float32: a result type chosen by the values."""
-    return x.astype(np.float64 if x.mean() > 0 else np.float32)
-
-
-def tripled_mean_in_either_dtype(x):
-    y = np.multiply(x, 1.0)   # a native command, where a native form is built
-    return np.multiply(np.multiply(mean_in_a_dtype_the_data_choose(y), 3.0), 1.0)
-
-
-@pytest.mark.parametrize("native", [False, True])
-def test_an_operation_whose_result_dtype_the_data_choose_is_refused_not_replayed_wrong(native, monkeypatch):
-    """What follows it was planned on the recorded dtype (a float32 buffer would take float64 values
-    silently): the replay refuses, naming the operation."""
-    from minflux.runtime import native_runner, settings
-
-    monkeypatch.setattr("minflux.schedule.replay.COMPILE_AFTER", 5)
-    native_runner.load_runner()
-    settings.set("native_replay", native)
-    try:
-        step = mf.compile(tripled_mean_in_either_dtype)
-        rng = np.random.default_rng(0)
-        for k in range(20):
-            x = (rng.normal(size=5) - 3).astype(np.float32)
-            assert step(x).tobytes() == tripled_mean_in_either_dtype(x).tobytes()
-        (entry,) = step._entries.values()
-        assert (entry.replay.native is not None) == native
-        x = (rng.normal(size=5) + 3).astype(np.float32)
-        assert tripled_mean_in_either_dtype(x).dtype == np.float64
-        with pytest.raises(mf.NotReplayable, match="operation mean_in_a_dtype_the_data_choose gave a float64 "
-                                                   "array of shape .5,. where its recording gave a float32 array"):
-            step(x)
-    finally:
-        settings.unset("native_replay")

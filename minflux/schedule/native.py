@@ -129,7 +129,7 @@ class Probe:
     def __init__(self):
         self.commands: dict = {}
         self.views: dict = {}
-        self.made_of: dict = {}     # statement -> its command and the arrays of its call (`native_groups`)
+        self.made_of: dict = {}     # statement -> its command, its call's arrays and its results' (`native_groups`)
 
     def __call__(self, index: int, fn, /, *args, **kwargs):
         make, command = command_of(fn), None
@@ -145,7 +145,7 @@ class Probe:
         if command is not None and (command.redo is None or
                                     scratch is not None and scratch.tobytes() == command.redo[1][-1].tobytes()):
             self.commands[index] = (command, result)
-            self.made_of[index] = (command, _arrays((args, tuple(kwargs.values()), result)))
+            self.made_of[index] = (command, _arrays((args, tuple(kwargs.values()))), _arrays(result))
         if getattr(fn, "steady_results", False):
             self.views[index] = _holders(result, _leaves((args, tuple(kwargs.values()))))
         return result

@@ -11,7 +11,10 @@ threads (each row computed alone) is cut into shares of its rows by the same rul
 
 What each command reads and writes is taken at the probe from the arrays of its call: a command that
 says what it computes (``redo``: its operands and its ``out``) reads the operands and writes ``out``;
-any other command is taken to write every array of its call. A command runs after every earlier
+any other command writes the arrays of its results and reads the rest of its call's arrays (the
+operations with native commands write nowhere else: `tests/compiled/test_native_accesses.py` runs
+each command of the shipped models alone and finds no other byte changed); both write the cells and
+scratch arrays they hold. A command runs after every earlier
 command of its segment it shares memory with where either writes; within that order, the products
 that may run at once do (`plan`, in windows of `WINDOW` commands). Addresses in the arena and in the statements'
 constants are compared as they are; all addresses in the replay's inputs are taken as one place (two
@@ -50,28 +53,28 @@ _INPUTS = 1
 _EVERYWHERE = ((_INPUTS, 0, 0, True), (0, 0, 1 << 64, True))
 
 
-def accesses(command, call_arrays: list) -> list:
+def accesses(command, arguments: list, results: list) -> list:
     """(low, high, written) for the memory ``command`` reads and writes, taken from the arrays it
-    was made of: its ``redo`` operands where it has them, else ``call_arrays`` (the arrays of its
-    call and its results), all taken as written; None where one of its addresses lies in none of
-    those arrays.
+    was made of: what it holds (its cells and scratch arrays) and its ``redo``'s ``out`` or else its
+    ``results`` (written), and its ``redo``'s operands or else the other arrays of its call's
+    ``arguments`` (read); None where one of its addresses lies in none of those arrays.
 
     >>> import numpy as np
-
-from ..runtime.native_runner import COPY, GEMM, GEMM_WORDS
-from .recorder import Ref
     >>> from minflux.runtime.native_runner import Command
     >>> a, out = np.zeros(4), np.zeros(4)
-    >>> [w for _, _, w in accesses(Command([], (), (np.negative, (a, out))), [])]
+    >>> [w for _, _, w in accesses(Command([], (), (np.negative, (a, out))), [], [])]
     [False, True]
-    >>> accesses(Command([a.ctypes.data + 8, 12345], (0, 1)), [a]) is None   # 12345: in no array of its call
+    >>> [w for _, _, w in accesses(Command([], ()), [a, out], [out])]
+    [True, False]
+    >>> accesses(Command([a.ctypes.data + 8, 12345], (0, 1)), [a], []) is None   # 12345: in no array of its call
     True
     """
     if command.redo is not None:
         *operands, out = command.redo[1]
-        marked = [(x, False) for x in (*operands, *command.held)] + [(out, True)]
+        marked = [(x, False) for x in operands] + [(x, True) for x in (*command.held, out)]
     else:
-        marked = [(x, True) for x in (*call_arrays, *command.held)]
+        marked = [(x, True) for x in (*results, *command.held)] + [
+            (x, False) for x in arguments if not any(np.may_share_memory(x, r) for r in results)]
     spans = [(*_bounds(x), written) for x, written in marked if x.__class__ is np.ndarray and x.size]
     for p in command.addresses:   # an address in none of those arrays: memory of unknown extent
         if not any(low <= command.words[p] < high for low, high, _ in spans):

@@ -34,6 +34,7 @@ from .. import tree
 from ..backend import default_dtype, is_array, is_cupy_array
 from ..pointwise.lazy import set_fusion
 from ..runtime import settings as runtime_settings
+from ..schedule.traced import Traced
 from ..tensor import Tensor
 from .free_variables import Base, FreeName, Member, class_members, followed, impure_read, is_library, members
 
@@ -117,36 +118,37 @@ def flatten(roots: tuple) -> Flat:
             if not shared(x, place):
                 node(x, list(enumerate(x) if cls is list else x.items()), place)
             return
-        if isinstance(x, Tensor):
-            x = x.value
-        if is_array(x):
+        route = _ROUTES.get(cls) or _route(x)
+        if route is _TENSOR:
+            visit(x.value, place)
+        elif route is _ARRAY:
             array(x, place)
-            return
-        if isinstance(x, np.random.Generator):
+        elif route is _GENERATOR:
             containers.setdefault(id(x), place)   # returned, it is the caller's own generator
             leaf(x, place, (GENERATOR,))
-            return
-        if isinstance(x, np.generic):
+        elif route is _GENERIC:
             values[place] = x
-            key.append(("value", type(x), x.tobytes()))
-            return
-        if isinstance(x, types.FunctionType):
+            key.append(("value", cls, x.tobytes()))
+        elif route is _FUNCTION:
             function(x, place)
-            return
-        kids = _special_children(x)
-        if kids is not None:
+        elif route is _SPECIAL:
             if not shared(x, place):
-                node(x, kids, place)
-            return
-        why = _not_walkable(x)
-        if why:
-            refused.append(f"{where(place, roots)} is {why}")
+                node(x, _special_children(x), place)
+        elif route.__class__ is str:
+            refused.append(f"{where(place, roots)} is {route}")
             key.append(("refused",))
-            return
-        if _opaque(x):
+        elif route is _OPAQUE:
             values[place] = x
             key.append(("value", _ByIdentity(x)))
-            return
+        else:
+            attributes = getattr(x, "__dict__", None) if route is not _OBJECT else None
+            if attributes is None:
+                walk_object(x, cls, place)
+            elif not shared(x, place):
+                kids = list(attributes.items())
+                node(x, kids + [("__class__", cls)] if route is _USER_ATTRIBUTES else kids, place)
+
+    def walk_object(x, cls, place):
         kids = tree.children(x)
         if kids is None:
             kids = _slots(x)
@@ -196,23 +198,9 @@ def flatten(roots: tuple) -> Flat:
     def node(x, kids, place):
         if not isinstance(x, tuple):
             containers.setdefault(id(x), place)
-        key.append(("node", type(x), tuple(k for k, _ in kids)))
+        key.append(("node", type(x), tuple([k for k, _ in kids])))
         for k, child in kids:
             visit(child, place + (k,))
-
-    def _special_children(x):
-        walk = getattr(type(x), "guard_children", None)
-        if walk is not None:
-            return walk(x)
-        if isinstance(x, type):
-            return None if is_library(x) else class_members(x)
-        if isinstance(x, types.MethodType):
-            return [("__self__", x.__self__), ("__func__", x.__func__)]
-        if isinstance(x, functools.partial):
-            return [("func", x.func), ("args", x.args), ("keywords", x.keywords)]
-        if isinstance(x, set):
-            return [("members", frozenset(x))]
-        return None
 
     for i, a in enumerate(roots):
         visit(a, (i,))
@@ -221,6 +209,53 @@ def flatten(roots: tuple) -> Flat:
 
 
 _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
+
+(_TENSOR, _ARRAY, _GENERATOR, _GENERIC, _FUNCTION, _SPECIAL, _OPAQUE, _OBJECT, _ATTRIBUTES,
+ _USER_ATTRIBUTES) = (object() for _ in range(10))
+_ROUTES: dict = {}
+"""Class -> how `flatten` walks its objects (a route above, or why it refuses them), for every
+class whose objects all go one way: not a class object (a class is walked by what it is) nor a
+recording's stand-in of an array."""
+
+
+def _route(x):
+    """How `flatten` walks ``x``, an object not an array, a number or a built-in container."""
+    if isinstance(x, Tensor):
+        route = _TENSOR
+    elif is_array(x):
+        route = _ARRAY
+    elif isinstance(x, np.random.Generator):
+        route = _GENERATOR
+    elif isinstance(x, np.generic):
+        route = _GENERIC
+    elif isinstance(x, types.FunctionType):
+        route = _FUNCTION
+    elif _special_children(x) is not None:
+        route = _SPECIAL
+    else:
+        route = _not_walkable(x) or (_OPAQUE if _opaque(x) else _OBJECT)
+        if route is _OBJECT and not isinstance(x, (list, tuple, dict)) and tree.children(x) is not None:
+            route = _ATTRIBUTES if is_library(x.__class__) else _USER_ATTRIBUTES   # walked by its __dict__
+    if not isinstance(x, (type, Traced)):
+        _ROUTES[x.__class__] = route
+    return route
+
+
+def _special_children(x):
+    """What of ``x`` a guard walks where its class says (``guard_children``) or it is a class, a
+    bound method, a partial or a set; else None."""
+    walk = getattr(type(x), "guard_children", None)
+    if walk is not None:
+        return walk(x)
+    if isinstance(x, type):
+        return None if is_library(x) else class_members(x)
+    if isinstance(x, types.MethodType):
+        return [("__self__", x.__self__), ("__func__", x.__func__)]
+    if isinstance(x, functools.partial):
+        return [("func", x.func), ("args", x.args), ("keywords", x.keywords)]
+    if isinstance(x, set):
+        return [("members", frozenset(x))]
+    return None
 
 
 class _ByIdentity:

@@ -150,3 +150,36 @@ def test_an_operation_whose_result_dtype_the_data_choose_is_refused_not_replayed
             step(x)
     finally:
         settings.unset("native_replay")
+
+
+class Scale:
+    def __init__(self, factor):
+        self.factor = factor
+
+
+class SlottedScale:
+    __slots__ = ("factor",)
+
+    def __init__(self, factor):
+        self.factor = factor
+
+
+def test_objects_of_one_class_are_each_walked_for_what_they_hold():
+    """The walk decides once per class how to walk its objects; each object's own attributes are
+    still read on every call: objects of one class holding other values, a slotted class, a
+    namespace and a Tensor, 72 calls against the eager function, bit for bit."""
+    import types as pytypes
+
+    def scaled(x, scale, shift):
+        return x * scale.factor + shift
+
+    f = mf.compile(scaled)
+    rng = np.random.default_rng(5)
+    kinds = [Scale(2.0), Scale(3.0), SlottedScale(2.0), pytypes.SimpleNamespace(factor=0.5)]
+    with pytest.warns(RuntimeWarning, match=r"has recorded [56] times"):   # and says what changed
+        for k in range(72):
+            scale, x = kinds[k % len(kinds)], rng.normal(size=3)
+            shift = mf.Tensor(np.full(3, float(k % 3))) if k % 2 else np.full(3, 1.0)
+            assert same(f(x, scale, shift), scaled(x, scale, np.asarray(getattr(shift, "value", shift))))
+            kinds[1].factor = 3.0 + k % 3     # changed in place between calls: three values
+    assert f.recordings == 6 and f.replays == 66   # one per object and factor (a Tensor is its value)

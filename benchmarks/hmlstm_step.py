@@ -78,9 +78,9 @@ def training_step(model, opt, x, y, state):
 
 def minflux_step(size, layer_norm, mode, compiled=False, steady=False, native=True):
     """One minflux step; ``compiled``: the same function through `mf.compile` (recorded in the
-    first step, replayed in the timed ones); ``steady``: in the form a run replays from its 65th
-    step on (the straight-line function with its buffers), compiled at the first replay instead, and
-    with ``native`` (the default, as in a run) its native form, built at the second."""
+    first step, replayed in the timed ones); ``steady``: in the form a run replays once compiled
+    (the straight-line function with its buffers), compiled at the first replay instead, and with
+    ``native`` (the default, as in a run) its native form, built at the second."""
     import minflux as mf
     from minflux.runtime import native_runner, settings
 
@@ -265,9 +265,9 @@ def table(results: dict, rounds: int, steps: int, load: list) -> str:
              f"{results['versions']}. Load average (1 min) {load[0]:.1f} before and {load[1]:.1f} after. "
              "minflux skips the gate products of the rows that COPY (their share is the last column; "
              "the peers compute every row). minflux compiled is the same step through `mf.compile`: "
-             "its timed steps are replays in the form a run reaches at its 65th step (the straight-line "
+             "its timed steps are replays in the form a run reaches once compiled (the straight-line "
              "function writing into buffers allocated once, which its peak memory includes), compiled "
-             "here at the first replay; (native) is the form a run reaches at its 66th, where the kernels, "
+             "here at the first replay; (native) is the form a run reaches at the step after, where the kernels, "
              "products, arithmetic and copies the replay probed for run as native commands between the "
              "Python calls that remain, built here at the second replay (the default); (Python replay) "
              "stays in the straight-line function (`MINFLUX_NATIVE_REPLAY=0`). The seconds of the call "

@@ -3,7 +3,7 @@ its products alone, and the step's time, for each shipped model size, on one cor
 
 Each size and thread setting is a fresh process (`_own_process.run_worker`). It builds the size's
 compiled training step (`hmlstm_step.minflux_step`: forward, BPTT, global-norm clip, Adam, in the
-native form a run replays from its 66th step), lets it settle, and records every 2-D product one
+native form a run replays once compiled), lets it settle, and records every 2-D product one
 replay computes, from the one place they all go through (`minflux.matrix_product`: the products of
 ``@`` and their gradients, the row-masked products with the COPY rows' columns left out, the factored
 weight gradients): shape, operand strides, dtype. Then it times ``--steps`` replays, and the same

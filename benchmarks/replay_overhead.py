@@ -6,14 +6,15 @@ remains is the cost of calling each operation. Reported per step and per recorde
 thread, as the best of several blocks of calls (CPU time of this process): the eager step, the
 compiled call as a user makes it (guard walk, replay, write-backs and outputs), the replay alone in
 each of its three forms (the program of per-step functions its first calls run, the straight-line
-function it is compiled into after `COMPILE_AFTER` replays, and the native form the next replay
-builds), and the guard walk alone.
+function it is compiled into once those have taken as long as compiling is expected to take, and the
+native form the next replay builds), and the guard walk alone.
 
 The second table is the HM-LSTM benchmark's step (`hmlstm_step.py`) at the small and the default
 experiment's size, one thread, CPU time: the eager step (median of 5 after 3), the call that records
 (after an earlier compiled step of the same size made its kernels and fusion decisions), the call
-that compiles the straight-line form, the call that probes for native commands and builds the native
-form, and a native replay (median of 5 after that), with how many operations run natively.
+that compiles the straight-line form (after how many replays as a program), the call that probes for
+native commands and builds the native form, and a native replay (median of 5 after that), with how
+many operations run natively.
 
     python benchmarks/replay_overhead.py     # writes benchmarks/results/replay_overhead.{json,md}
 """
@@ -67,8 +68,6 @@ def recording_costs(size_name: str) -> dict:
     import hmlstm_step as hs
 
     from minflux.runtime import native_runner
-    from minflux.schedule.replay import COMPILE_AFTER
-
     size = hs.SIZES[size_name]
     layer_norm = size.get("layer_norm", False)
 
@@ -84,17 +83,17 @@ def recording_costs(size_name: str) -> dict:
     hs.minflux_step(size, layer_norm, "auto", compiled=True).settle()
     step = hs.minflux_step(size, layer_norm, "auto", compiled=True)
     recording = cpu(step)
-    for _ in range(COMPILE_AFTER):
-        step()
-    compiling = cpu(step)
+    (entry,) = step.compiled._entries.values()
+    while entry.replay.compiled_after is None:
+        compiling = cpu(step)
     native_runner.load_runner()
     building = cpu(step)
     replay = statistics.median(cpu(step) for _ in range(5))
-    (entry,) = step.compiled._entries.values()
     form = entry.replay.native
     return {"eager step": eager_seconds, "recording call": recording, "compiling call": compiling,
             "native build call": building, "replay": replay,
-            "native operations": 0 if form is None else form.n_commands, "operations": entry.replay.n_steps}
+            "native operations": 0 if form is None else form.n_commands, "operations": entry.replay.n_steps,
+            "replays as a program": entry.replay.compiled_after}
 
 
 def main(argv=None) -> int:
@@ -139,13 +138,14 @@ def main(argv=None) -> int:
              + markdown_table(["what", "ms per step", "us per recorded operation"], rows))
     costs = {name: recording_costs(name) for name in args.sizes}
     recording_rows = [[name, f"{c['eager step'] * 1e3:.0f}", f"{c['recording call'] * 1e3:.0f}",
-                       f"{c['recording call'] / c['eager step']:.2f}x", f"{c['compiling call'] * 1e3:.0f}",
+                       f"{c['recording call'] / c['eager step']:.2f}x", f"{c['replays as a program']}",
+                       f"{c['compiling call'] * 1e3:.0f}",
                        f"{c['native build call'] * 1e3:.0f}", f"{c['replay'] * 1e3:.0f}",
                        f"{c['native operations']} of {c['operations']}"] for name, c in costs.items()]
     table += ("\nThe HM-LSTM step (`hmlstm_step.py` sizes), one thread, CPU ms: the call that records "
-              f"against an eager step, the call that compiles the straight-line form (replay "
-              f"{COMPILE_AFTER + 1}) and the one that builds the native form, against a native replay.\n\n"
-              + markdown_table(["size", "eager step", "recording call", "recording / eager",
+              "against an eager step, the replays run as a program before the straight-line form is compiled, "
+              "the call that compiles it and the one that builds the native form, against a native replay.\n\n"
+              + markdown_table(["size", "eager step", "recording call", "recording / eager", "replays as a program",
                                 "compiling call", "native build call", "replay", "operations run natively"],
                                recording_rows))
     write_results("replay_overhead", {"operations": n, "seconds": seconds, "layers": args.layers,

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -49,10 +50,16 @@ from .buffers import Plan, plan_buffers
 from .recorder import NotReplayable, Recording, Ref, kinds_of
 
 COMPILE_AFTER = 64
-"""Replays run as a program of per-step functions before the schedule is compiled into one function.
-
-At the HM-LSTM's sizes the straight-line form saves 0.4-1 us per operation per replay and costs
-about 45-75 us per operation to plan its buffers and compile once."""
+"""Replays run as a program of per-step functions before the schedule is compiled into one function,
+at most this many of them: fewer where they have taken as long as compiling is expected to
+(`COMPILE_SECONDS_PER_OPERATION`)."""
+COMPILE_SECONDS_PER_OPERATION = 2e-4
+"""What compiling a schedule costs per operation: planning its buffers and compiling its straight-line
+function, then building its native form at the next replay (the HM-LSTM step on an AMD EPYC, one
+thread, CPU time: 585 ms for 2,928 operations at the small size, 1,691 ms for 7,106 at the default's;
+`benchmarks/replay_overhead.py`). The compiled forms save from 0.7 us per operation and replay (the
+16 x 16 Dense chain) to 10 (the default step), so the program runs until its replays have taken as
+long as compiling is expected to take, whatever the number of replays that follow."""
 
 _SIMPLE = (int, float, bool, str, type(None))
 _PLACEHOLDER = re.compile(r"[@$]")
@@ -77,7 +84,8 @@ class Replay:
     buffers (planned with the straight-line function; empty before), which ``after_planning(plan)``
     is told of. ``native``: the `native.NativeForm` its calls run once one replay has probed for
     commands (``MINFLUX_NATIVE_REPLAY``), else None; ``straight_line``: the Python function the
-    native form runs instead of (and falls back on).
+    native form runs instead of (and falls back on); ``compiled_after``: how many replays ran as a
+    program before the straight-line function was compiled (None before).
     """
 
     def __init__(self, recording: Recording, outputs: list[int], after_planning=None):
@@ -92,6 +100,8 @@ class Replay:
         self._blank = [None] * (recording.slots - recording.n_inputs)
         self._program = _program(self._statements)
         self._compiled = None
+        self._interpreted = 0.0         # seconds the replays so far took as a program
+        self.compiled_after = None      # the replays run as a program before it compiled
         self._source_and_values = None
         self._planned: list[_Statement] | None = None
         self._probe_next = False
@@ -126,9 +136,15 @@ class Replay:
                 run = self._compiled
                 if run is None:
                     self.replays += 1
-                    if self.replays <= COMPILE_AFTER:
-                        return self._interpret(inputs)
+                    if self.replays <= COMPILE_AFTER and \
+                            self._interpreted < self.n_steps * COMPILE_SECONDS_PER_OPERATION:
+                        start = time.perf_counter()
+                        try:
+                            return self._interpret(inputs)
+                        finally:
+                            self._interpreted += time.perf_counter() - start
                     run = self._compiled = self._compile()
+                    self.compiled_after = self.replays - 1
                     self._probe_next = True
                 elif self.native is not None and not settings.get("native_replay"):
                     run = self.straight_line

@@ -197,3 +197,33 @@ def test_the_error_state_is_read_whatever_else_the_context_holds():
     rec.close()
     states = [dict(step.errstate) for step in rec.steps]
     assert states[0] == states[1] == np.geterr() and states[2] == {**np.geterr(), "over": "ignore"}
+
+
+@mf.operation(results="new")
+def slow_double(x):
+    """Twice ``x``, taking 5 ms: a schedule whose program replays are slow."""
+    import time
+
+    time.sleep(0.005)
+    return x * 2.0
+
+
+@pytest.mark.parametrize("slow, compiled_after", [(True, 1), (False, 5)])
+def test_a_replay_compiles_once_its_program_has_taken_what_compiling_would(slow, compiled_after, monkeypatch):
+    """Three operations: about 0.6 ms to compile. A program replay of 5 ms compiles at the next
+    replay; one of microseconds runs until `COMPILE_AFTER` (5 here). Every call gives the eager bits."""
+    from minflux.runtime.native_runner import load_runner
+
+    monkeypatch.setattr("minflux.schedule.replay.COMPILE_AFTER", 5)
+    load_runner()
+
+    def f(x):
+        y = np.add(x, 1.0)
+        return np.multiply(slow_double(y) if slow else np.negative(y), 3.0)
+
+    step, rng = mf.compile(f), np.random.default_rng(0)
+    for k in range(72):
+        x = rng.normal(size=4)
+        assert step(x).tobytes() == f(x).tobytes(), f"call {k}"
+    (entry,) = step._entries.values()
+    assert entry.replay.compiled_after == compiled_after and entry.replay.native is not None

@@ -51,15 +51,16 @@ from .recorder import NotReplayable, Recording, Ref, kinds_of
 
 COMPILE_AFTER = 64
 """Replays run as a program of per-step functions before the schedule is compiled into one function,
-at most this many of them: fewer where they have taken as long as compiling is expected to
-(`COMPILE_SECONDS_PER_OPERATION`)."""
-COMPILE_SECONDS_PER_OPERATION = 2e-4
-"""What compiling a schedule costs per operation: planning its buffers and compiling its straight-line
-function, then building its native form at the next replay (the HM-LSTM step on an AMD EPYC, one
-thread, CPU time: 585 ms for 2,928 operations at the small size, 1,691 ms for 7,106 at the default's;
-`benchmarks/replay_overhead.py`). The compiled forms save from 0.7 us per operation and replay (the
-16 x 16 Dense chain) to 10 (the default step), so the program runs until its replays have taken as
-long as compiling is expected to take, whatever the number of replays that follow."""
+at most this many of them: fewer where they have run `COMPILE_SECONDS_PER_OPERATION` per operation."""
+COMPILE_SECONDS_PER_OPERATION = 6e-4
+"""How long a schedule's replays run as a program, per operation, before it is compiled. Compiling
+costs about 0.2 ms per operation (planning its buffers and compiling its straight-line function,
+then building its native form at the next replay: the HM-LSTM step on an AMD EPYC, one thread, CPU
+time, 585 ms for 2,928 operations at the small size, 1,691 ms for 7,106 at the default's;
+`benchmarks/replay_overhead.py`), and the compiled forms save about 30% of a replay as a program
+(0.7 of 2.25 us per operation on the 16 x 16 Dense chain, 38 of 135 ms on the default step). By the
+time the program has run this long it has lost about what compiling costs (the rent-or-buy rule:
+whatever the number of replays that follow, within about twice the cost of the best choice)."""
 
 _SIMPLE = (int, float, bool, str, type(None))
 _PLACEHOLDER = re.compile(r"[@$]")

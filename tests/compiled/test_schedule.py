@@ -210,8 +210,9 @@ def slow_double(x):
 
 @pytest.mark.parametrize("slow, compiled_after", [(True, 1), (False, 5)])
 def test_a_replay_compiles_once_its_program_has_taken_what_compiling_would(slow, compiled_after, monkeypatch):
-    """Three operations: about 0.6 ms to compile. A program replay of 5 ms compiles at the next
-    replay; one of microseconds runs until `COMPILE_AFTER` (5 here). Every call gives the eager bits."""
+    """Three operations: 1.8 ms of program replays before compiling. A program replay of 5 ms compiles
+    at the next replay; one of microseconds runs until `COMPILE_AFTER` (5 here). Every call gives the
+    eager bits."""
     from minflux.runtime.native_runner import load_runner
 
     monkeypatch.setattr("minflux.schedule.replay.COMPILE_AFTER", 5)

@@ -56,8 +56,9 @@ _EVERYWHERE = ((_INPUTS, 0, 0, True), (0, 0, 1 << 64, True))
 def accesses(command, arguments: list, results: list) -> list:
     """(low, high, written) for the memory ``command`` reads and writes, taken from the arrays it
     was made of: what it holds (its cells and scratch arrays) and its ``redo``'s ``out`` or else its
-    ``results`` (written), and its ``redo``'s operands or else the other arrays of its call's
-    ``arguments`` (read); None where one of its addresses lies in none of those arrays.
+    ``results`` and the arguments they lie in (written), and its ``redo``'s operands or else the
+    other arrays of its call's ``arguments`` (read); None where one of its addresses lies in none of
+    those arrays.
 
     >>> import numpy as np
     >>> from minflux.runtime.native_runner import Command
@@ -65,7 +66,7 @@ def accesses(command, arguments: list, results: list) -> list:
     >>> [w for _, _, w in accesses(Command([], (), (np.negative, (a, out))), [], [])]
     [False, True]
     >>> [w for _, _, w in accesses(Command([], ()), [a, out], [out])]
-    [True, False]
+    [True, False, True]
     >>> accesses(Command([a.ctypes.data + 8, 12345], (0, 1)), [a], []) is None   # 12345: in no array of its call
     True
     """
@@ -73,8 +74,8 @@ def accesses(command, arguments: list, results: list) -> list:
         *operands, out = command.redo[1]
         marked = [(x, False) for x in operands] + [(x, True) for x in (*command.held, out)]
     else:
-        marked = [(x, True) for x in (*results, *command.held)] + [
-            (x, False) for x in arguments if not any(np.may_share_memory(x, r) for r in results)]
+        marked = [(x, True) for x in (*results, *command.held)] + [   # an argument a result lies in: written
+            (x, any(np.may_share_memory(x, r) for r in results)) for x in arguments]
     spans = [(*_bounds(x), written) for x, written in marked if x.__class__ is np.ndarray and x.size]
     for p in command.addresses:   # an address in none of those arrays: memory of unknown extent
         if not any(low <= command.words[p] < high for low, high, _ in spans):

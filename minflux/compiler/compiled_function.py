@@ -251,6 +251,8 @@ class BoundLaunch:
     """
 
     __slots__ = ("launcher", "signature")
+    fills_new_results = True
+    """Its native command may be made for the results a call made new (`minflux.schedule.native_probe`)."""
 
     def __init__(self, launcher, signature: tuple):
         self.launcher, self.signature = launcher, signature

@@ -1,7 +1,7 @@
 """A replay's native form: its kernel launches and products run as commands of one native function.
 
 Once a schedule runs as one straight-line function (`minflux.schedule.replay`), one more replay is a
-probe: the operations that can say what they do as native commands (a callable with a
+probe (`native_probe`): the operations that can say what they do as native commands (a callable with a
 ``native_command(args, kwargs, errstate)`` method: a bound elementwise kernel, `mf.matmul`) run as
 usual and hand over their command words (`minflux.runtime.native_runner`). Each address a command
 uses is then placed:
@@ -10,8 +10,12 @@ uses is then placed:
 - in exactly one of the replay's input arrays: kept as an offset into that input, and written into
   the commands at the start of each replay from that call's inputs, once their shapes, strides and
   dtypes are checked (a call laid out otherwise runs the Python form);
+- in an array the command's own call returned new (a launch whose results reach the replay's
+  results, which must be arrays of their own on every call): each call makes arrays of the same
+  layouts before the replay runs, writes their addresses into the commands as an input's, and the
+  statement that bound the call's results binds them (`native_results`);
 - anywhere else (an array a Python operation made new on this call): the operation stays a Python
-  call, as it does when it has no command or its result is not in the arena.
+  call, as it does when it has no command or its result lies nowhere above.
 
 A value a command reads without an address of its own (a numpy scalar a kernel reads) is written into
 a cell of the command's by a statement in the command's place, from each call's value; a value of
@@ -45,7 +49,6 @@ from __future__ import annotations
 import ctypes
 import operator
 import re
-import warnings
 
 import numpy as np
 
@@ -54,8 +57,9 @@ from ..runtime.pointers import pointers
 from ..runtime.row_pool import run_rows
 from ..runtime.threads import threads_now, usable_cores
 from . import native_groups
-from .native_numpy import COMMANDS
 from .native_places import Places
+from .native_probe import Probe, _arrays, _leaves, command_of
+from .native_results import NewResults, filled, marks
 from .traced import _method_caller
 
 _PLACEHOLDER = re.compile(r"[@$]")
@@ -98,115 +102,6 @@ def _call(st) -> tuple | None:
     start, end = span
     first = _count(st.text[:start])
     return start, end, first, first + _count(st.text[start:end])
-
-
-def command_of(fn):
-    """The function giving a call of ``fn``'s native command, or None.
-
-    >>> command_of(np.add) is COMMANDS[np.add], command_of(print)
-    (True, None)
-    """
-    found = getattr(fn, "native_command", None)
-    if found is None:
-        try:
-            found = COMMANDS.get(fn)
-        except TypeError:   # an unhashable callable
-            return None
-    return found
-
-
-class Probe:
-    """Stands in for the callables of the statements that may become commands during one replay:
-    runs each and keeps ``commands[statement] = (its Command, its result)``; and, for an operation
-    with ``steady_results``, ``views[statement]``: the positions among its flattened arguments of the
-    arrays its results are views of, or None where one is a new array.
-
-    >>> probe, out = Probe(), np.empty(3)
-    >>> probe(7, np.add, np.ones(3), np.ones(3), out=out).tolist(), list(probe.commands)
-    ([2.0, 2.0, 2.0], [7])
-    """
-
-    def __init__(self):
-        self.commands: dict = {}
-        self.views: dict = {}
-        self.made_of: dict = {}     # statement -> its command, its call's arrays and its results' (`native_groups`)
-
-    def __call__(self, index: int, fn, /, *args, **kwargs):
-        make, command = command_of(fn), None
-        errstate = np.geterr()
-        try:
-            command = None if make is None else make(args, kwargs, errstate)
-            scratch = None if command is None or command.redo is None else _trial(make, command, kwargs, errstate)
-        except Exception as error:   # noqa: BLE001 (the call itself runs below, in Python, as always)
-            _warn_once(f"minflux could not make a native command of {getattr(fn, '__name__', fn)!r} ({error!r}); "
-                       "it stays a Python call; please report it")
-            command = None
-        result = fn(*args, **kwargs)
-        if command is not None and (command.redo is None or
-                                    scratch is not None and scratch.tobytes() == command.redo[1][-1].tobytes()):
-            self.commands[index] = (command, result)
-            self.made_of[index] = (command, _arrays((args, tuple(kwargs.values()))), _arrays(result))
-        if getattr(fn, "steady_results", False):
-            self.views[index] = _holders(result, _leaves((args, tuple(kwargs.values()))))
-        return result
-
-
-def _leaves(x) -> list:
-    """``x`` with its lists and tuples flattened, in order."""
-    if x.__class__ is list or x.__class__ is tuple:
-        return [leaf for item in x for leaf in _leaves(item)]
-    return [x]
-
-
-def _arrays(x) -> list:
-    return [leaf for leaf in _leaves(x) if leaf.__class__ is np.ndarray]
-
-
-def _holders(result, leaves: list) -> tuple | None:
-    """The positions among ``leaves`` of the arrays in whose memory the arrays of ``result`` lie, or
-    None where one lies in none of them (a new array)."""
-    found = set()
-    for r in _arrays(result):
-        holding = [i for i, leaf in enumerate(leaves) if leaf.__class__ is np.ndarray and np.may_share_memory(r, leaf)]
-        if not holding:
-            return None
-        found.update(holding)
-    return tuple(sorted(found))
-
-
-_warned: set = set()
-
-
-def _warn_once(message: str) -> None:
-    if message not in _warned:
-        _warned.add(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-def _trial(make, command, kwargs: dict, errstate: dict):
-    """What ``command`` (made of a call with keywords ``kwargs``) writes when it runs on copies of its
-    operands (laid out as they are, taken before its call), or None where it does not run so."""
-    *operands, out = command.redo[1]
-    copies = [_copy_in_layout(x) if x.__class__ is np.ndarray else x for x in operands]
-    scratch = _copy_in_layout(out)
-    if any(c is None for c in copies) or scratch is None:
-        return None
-    trial = make(tuple(copies), {**kwargs, "out": scratch}, errstate)
-    if trial is None or trial.words[0] != command.words[0]:
-        return None
-    program = np.array([-1, *trial.words], np.int64)
-    native_runner.run(program, 1, len(program))
-    return scratch if program[0] < 0 else None
-
-
-def _copy_in_layout(x: np.ndarray) -> np.ndarray | None:
-    """A copy of ``x`` with its strides (another routine may read another layout another way)."""
-    if any(s < 0 or s % x.itemsize for s in x.strides):
-        return None
-    span = sum((n - 1) * s for n, s in zip(x.shape, x.strides)) // x.itemsize + 1 if x.size else 0
-    copy = np.lib.stride_tricks.as_strided(np.empty(span, x.dtype), x.shape, x.strides)
-    np.copyto(copy, x)
-    return copy
 
 
 def probed(statements: list, probe: Probe) -> list:
@@ -253,13 +148,17 @@ class NativeForm:
                  outputs: list):
         self._run = native_runner.load_runner()
         self._held = [h for command, _ in probe.commands.values() for h in command.held]
-        places = Places(arena, inputs, statements, self._held)
+        new = NewResults(probe.commands, Places(arena, inputs, statements, self._held))
+        places = Places(arena, [*inputs, *new.arrays], statements, self._held)   # new results after the inputs
+        n = len(inputs)
         words = [-1]
         patches: list = []          # (word, input, offset)
         self._redo: dict = {}       # the first word of a checked command -> (numpy call, operands, end word)
         natives: dict = {}          # statement -> (first word, end word, its result as a statement or None)
         work: dict = {}             # statement -> (its multiply-adds, the words of its row shares)
         refreshes: dict = {}        # statement -> the statement writing its command's cells
+        templates: list = []        # of the results with arrays made new on every call (`native_results`)
+        self._now: list = []        # those results on this call
         self._skip = (-1, -1)       # the first and end words of a command whose call ran in Python instead
         steady = set(range(len(inputs)))   # slots whose arrays lie where they lay at the probe, or in an input
         for index, st in enumerate(statements):
@@ -279,8 +178,10 @@ class NativeForm:
                 continue
             command, result = found
             located = [places.locate(command.words[p]) for p in command.addresses]
-            if any(at is None for at in located) or not places.stays(result):
-                continue
+            template = new.template(index, result, places.stays)
+            if template is None or any(at is None or at != "fixed" and at[0] >= n and new.owner[at[0] - n][0] != index
+                                       and new.owner[at[0] - n][0] not in natives for at in located):
+                continue   # an address in an array a Python call makes, or a result in memory that moves
             steady.update(st.writes)
             first = len(words)
             shares = native_groups.row_shares(command, usable_cores())
@@ -291,7 +192,10 @@ class NativeForm:
                 fn, operands = command.redo
                 self._redo[first] = (fn, [(first + p, x.shape, x.strides, x.dtype) if x.__class__ is np.ndarray
                                           else x for p, x in zip(command.addresses, operands)], len(words))
-            natives[index] = (first, len(words), _stub(statements[index], result))
+            if marks(template):
+                result = _Moving(len(templates))
+                templates.append(template)
+            natives[index] = (first, len(words), self._stub(statements[index], result))
             work[index] = (0 if command.refresh else native_groups.multiply_adds(command.words),
                            native_groups.share_words(first, len(command.words), len(shares)))
             if command.refresh is not None:
@@ -300,8 +204,11 @@ class NativeForm:
         self._address = self.program.ctypes.data
         self._patch_at = np.array([w for w, _, _ in patches], np.intp)
         self._patch_offset = np.array([o for _, _, o in patches], np.int64)
-        used = sorted({i for _, i, _ in patches})
+        used = sorted({i for _, i, _ in patches if i < n})
         self._inputs = [(i, inputs[i].shape, inputs[i].strides, inputs[i].dtype) for i in used]
+        made, self._new_layouts, self._templates = new.layouts(templates)
+        self.new_results = [new.owner[k] for k in made]   # (statement, which of its result's arrays)
+        used += [n + k for k in made]
         self._patch_which = np.array([used.index(i) for _, i, _ in patches], np.intp)
         self.n_grouped = 0
         accesses = lambda i: native_groups.located(native_groups.accesses(*probe.made_of[i]), places)  # noqa: E731
@@ -317,6 +224,17 @@ class NativeForm:
         self.n_products = sum(native_runner.GEMM <= t < native_runner.COPY for t in tags)
         self.n_python = len(statements) - len(natives)
 
+    def _stub(self, st, result):
+        """``st`` with its call replaced by ``result`` (this call's, for a `_Moving`), or None when it
+        binds nothing."""
+        if not st.writes:
+            return None
+        start, end, first, last = _call(st)
+        moving = result.__class__ is _Moving
+        params = [*st.params[:first], self._now if moving else result, *st.params[last:]]
+        return st._replace(text=st.text[:start] + (f"$[{int(result)}]" if moving else "$") + st.text[end:],
+                           params=params, reads=())
+
     def _refresh_statement(self, st, words: tuple, result, refresh):
         """A statement calling `_refreshed` with the arguments ``st`` calls its callable with."""
         start, end, first, last = _call(st)
@@ -331,7 +249,7 @@ class NativeForm:
         if refresh[0](args, kwargs):
             return
         made = _arrays(fn(*args, **kwargs))
-        kept = _arrays(result)
+        kept = _arrays(self._now[result] if result.__class__ is _Moving else result)
         if len(made) != len(kept) or any(m.shape != k.shape or m.dtype != k.dtype for m, k in zip(made, kept)):
             raise RuntimeError(f"minflux: a compiled step's native replay met {getattr(fn, '__name__', fn)!r} "
                                "giving results of other shapes or dtypes than when it was recorded; set "
@@ -391,15 +309,21 @@ class NativeForm:
         close()
         return result, n_segments
 
-    def patch(self, inputs: list) -> bool:
-        """Write this call's input addresses into the commands; False where an input is laid out
-        otherwise than at the probe (the Python form then runs the call)."""
+    def patch(self, inputs: list, made: list | None = None) -> bool:
+        """Write this call's input addresses into the commands, and those of the arrays made for the
+        results new on every call (``made``, or new ones of their layouts); False where an input is
+        laid out otherwise than at the probe (the Python form then runs the call)."""
         for i, shape, strides, dtype in self._inputs:
             a = inputs[i]
             if a.__class__ is not np.ndarray or a.shape != shape or a.strides != strides or a.dtype != dtype:
                 return False
-        if self._inputs:
-            bases = np.array(pointers([inputs[i] for i, _, _, _ in self._inputs]), np.int64)
+        arrays = [inputs[i] for i, _, _, _ in self._inputs]
+        if self._templates:
+            made = made or [np.empty(shape, dtype) for shape, dtype in self._new_layouts]
+            self._now[:] = [filled(t, made) for t in self._templates]
+            arrays += made
+        if arrays:
+            bases = np.array(pointers(arrays), np.int64)
             self.program[self._patch_at] = bases[self._patch_which] + self._patch_offset
         return True
 
@@ -485,13 +409,9 @@ def _is_view(st) -> bool:
         return False
 
 
-def _stub(st, result):
-    """``st`` with its call replaced by ``result``, or None when it binds nothing."""
-    if not st.writes:
-        return None
-    start, end, first, last = _call(st)
-    params = [*st.params[:first], result, *st.params[last:]]
-    return st._replace(text=st.text[:start] + "$" + st.text[end:], params=params, reads=())
+class _Moving(int):
+    """Stands for the results of this call of a statement whose results are new on every call:
+    `NativeForm`'s ``_now[self]``."""
 
 
 def _array_at(address: int, shape: tuple, strides: tuple, dtype) -> np.ndarray:

@@ -58,6 +58,8 @@ def memory(arrays) -> list:
 def test_every_command_writes_only_where_its_accesses_say(case, monkeypatch):
     found = native_build_of(case, monkeypatch)
     form, probe = found["form"], found["probe"]
+    made = [native._arrays(probe.commands[index][1])[k] for index, k in form.new_results]
+    assert form.patch(found["inputs"], made)   # the probe's memory again
     watched = [found["arena"], *found["inputs"]]
     for command, arguments, results in probe.made_of.values():
         watched += [*arguments, *results, *command.held]

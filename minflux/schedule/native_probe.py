@@ -1,0 +1,144 @@
+"""The probe of a replay's native form: one replay whose calls that can be commands hand over their words.
+
+`Probe` stands in for the callables of the statements that may become native commands
+(`minflux.schedule.native.probed` routes them through it) during one replay: each call runs as usual,
+and where its callable can say what it does as a command of the native runner (`command_of`), that
+command is kept with the call's results. A command with a check to redo is kept only where it gives
+its numpy call's bits on copies of its operands (`_trial`). A launch that made its results new (no
+planned buffer reached it) is made, after its call, for the arrays it returned
+(`minflux.schedule.native_results`).
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ..runtime import native_runner
+from .native_numpy import COMMANDS
+
+__all__ = ["Probe", "command_of"]
+
+def command_of(fn):
+    """The function giving a call of ``fn``'s native command, or None.
+
+    >>> command_of(np.add) is COMMANDS[np.add], command_of(print)
+    (True, None)
+    """
+    found = getattr(fn, "native_command", None)
+    if found is None:
+        try:
+            found = COMMANDS.get(fn)
+        except TypeError:   # an unhashable callable
+            return None
+    return found
+
+
+class Probe:
+    """Stands in for the callables of the statements that may become commands during one replay:
+    runs each and keeps ``commands[statement] = (its Command, its result)``; and, for an operation
+    with ``steady_results``, ``views[statement]``: the positions among its flattened arguments of the
+    arrays its results are views of, or None where one is a new array.
+
+    >>> probe, out = Probe(), np.empty(3)
+    >>> probe(7, np.add, np.ones(3), np.ones(3), out=out).tolist(), list(probe.commands)
+    ([2.0, 2.0, 2.0], [7])
+    """
+
+    def __init__(self):
+        self.commands: dict = {}
+        self.views: dict = {}
+        self.made_of: dict = {}     # statement -> its command, its call's arrays and its results' (`native_groups`)
+
+    def __call__(self, index: int, fn, /, *args, **kwargs):
+        make, command = command_of(fn), None
+        errstate = np.geterr()
+        try:
+            command = None if make is None else make(args, kwargs, errstate)
+            scratch = None if command is None or command.redo is None else _trial(make, command, kwargs, errstate)
+        except Exception as error:   # noqa: BLE001 (the call itself runs below, in Python, as always)
+            _warn_once(f"minflux could not make a native command of {getattr(fn, '__name__', fn)!r} ({error!r}); "
+                       "it stays a Python call; please report it")
+            command = None
+        result = fn(*args, **kwargs)
+        if command is None and make is not None and getattr(fn, "fills_new_results", False):
+            command = _into_results(make, args, kwargs, result, errstate)
+        if command is not None and (command.redo is None or
+                                    scratch is not None and scratch.tobytes() == command.redo[1][-1].tobytes()):
+            self.commands[index] = (command, result)
+            self.made_of[index] = (command, _arrays((args, tuple(kwargs.values()))), _arrays(result))
+        if getattr(fn, "steady_results", False):
+            self.views[index] = _holders(result, _leaves((args, tuple(kwargs.values()))))
+        return result
+
+
+def _into_results(make, args: tuple, kwargs: dict, result, errstate: dict):
+    """The command of a call that made (some of) its results new: made for the arrays it returned
+    (given as its ``out=``, a list with None for each result it made), or None."""
+    given = kwargs.get("out")
+    if result.__class__ is not list or given is not None and (given.__class__ is not list or len(given) != len(result)):
+        return None
+    try:
+        return make(args, {**kwargs, "out": list(result)}, errstate)
+    except Exception as error:   # noqa: BLE001 (its call stays a Python call, as it ran)
+        _warn_once(f"minflux could not make a native command of a launch into its results ({error!r}); it "
+                   "stays a Python call; please report it")
+        return None
+
+
+def _leaves(x) -> list:
+    """``x`` with its lists and tuples flattened, in order."""
+    if x.__class__ is list or x.__class__ is tuple:
+        return [leaf for item in x for leaf in _leaves(item)]
+    return [x]
+
+
+def _arrays(x) -> list:
+    return [leaf for leaf in _leaves(x) if leaf.__class__ is np.ndarray]
+
+
+def _holders(result, leaves: list) -> tuple | None:
+    """The positions among ``leaves`` of the arrays in whose memory the arrays of ``result`` lie, or
+    None where one lies in none of them (a new array)."""
+    found = set()
+    for r in _arrays(result):
+        holding = [i for i, leaf in enumerate(leaves) if leaf.__class__ is np.ndarray and np.may_share_memory(r, leaf)]
+        if not holding:
+            return None
+        found.update(holding)
+    return tuple(sorted(found))
+
+
+_warned: set = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _trial(make, command, kwargs: dict, errstate: dict):
+    """What ``command`` (made of a call with keywords ``kwargs``) writes when it runs on copies of its
+    operands (laid out as they are, taken before its call), or None where it does not run so."""
+    *operands, out = command.redo[1]
+    copies = [_copy_in_layout(x) if x.__class__ is np.ndarray else x for x in operands]
+    scratch = _copy_in_layout(out)
+    if any(c is None for c in copies) or scratch is None:
+        return None
+    trial = make(tuple(copies), {**kwargs, "out": scratch}, errstate)
+    if trial is None or trial.words[0] != command.words[0]:
+        return None
+    program = np.array([-1, *trial.words], np.int64)
+    native_runner.run(program, 1, len(program))
+    return scratch if program[0] < 0 else None
+
+
+def _copy_in_layout(x: np.ndarray) -> np.ndarray | None:
+    """A copy of ``x`` with its strides (another routine may read another layout another way)."""
+    if any(s < 0 or s % x.itemsize for s in x.strides):
+        return None
+    span = sum((n - 1) * s for n, s in zip(x.shape, x.strides)) // x.itemsize + 1 if x.size else 0
+    copy = np.lib.stride_tricks.as_strided(np.empty(span, x.dtype), x.shape, x.strides)
+    np.copyto(copy, x)
+    return copy

@@ -1,0 +1,105 @@
+"""Results a native command writes into arrays that are new on every call, as its Python call's are.
+
+A launch whose results reach the replay's results (an optimiser's new state, say) gets no planned
+buffer: each call must hand back arrays of its own, which nothing else holds. Its command writes
+them all the same. At the probe the command is made for the arrays that call returned; on every
+later call `NewResults.make` makes arrays of the same shapes and dtypes before the replay runs, their
+addresses are written into the command's words as an input's are (`minflux.schedule.native`), and
+the statement that bound the call's results binds these instead.
+
+>>> import numpy as np
+>>> from minflux.runtime.native_runner import Command
+>>> from minflux.schedule.native_places import Places
+>>> out = np.empty(3)
+>>> new = NewResults({7: (Command([out.ctypes.data], (0,)), [out])}, Places(np.empty(0), [], [], []))
+>>> new.arrays[0] is out, new.owner
+(True, [(7, 0)])
+>>> used, layouts, (template,) = new.layouts([new.template(7, [out], lambda r: False)])
+>>> used, layouts
+([0], [((3,), dtype('float64'))])
+>>> made = [np.empty(shape, dtype) for shape, dtype in layouts]
+>>> filled(template, made)[0] is made[0]
+True
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..runtime.pointers import pointers
+
+__all__ = ["NewResults", "filled", "marks"]
+
+
+class _Made(int):
+    """In a result's template: the array `NewResults.make` makes for new result ``int(self)``."""
+
+
+class NewResults:
+    """The arrays a probe's commands returned that lie nowhere a replay knows (not in its arena, not
+    in an input, not held): candidates for arrays made anew on every call. ``arrays[k]`` is the
+    probe's, ``owner[k]`` (the statement whose call returned it, its place among that result's arrays);
+    only C-contiguous arrays that own their
+    memory qualify, so that one made with the same shape and dtype is laid out alike."""
+
+    def __init__(self, commands: dict, places):
+        self.arrays: list = []
+        self.owner: list = []
+        self._at: dict = {}   # id of a probe's array -> its k
+        for index, (_, result) in commands.items():
+            for r in _arrays(result):
+                if (r.base is None and r.flags.c_contiguous and r.nbytes and id(r) not in self._at
+                        and places.locate(pointers([r])[0]) is None):
+                    self._at[id(r)] = len(self.arrays)
+                    self.arrays.append(r)
+                    self.owner.append((index, next(i for i, a in enumerate(_arrays(result)) if a is r)))
+
+    def template(self, index: int, result, stays):
+        """Statement ``index``'s ``result`` with each array it made new replaced by its mark (`filled`
+        puts a call's arrays there), or None where one of its arrays neither is one of those nor
+        ``stays(array)`` (lies in memory that stays put)."""
+        if result.__class__ is np.ndarray:
+            k = self._at.get(id(result))
+            if k is not None and self.owner[k][0] == index:
+                return _Made(k)
+            return result if stays(result) else None
+        if result.__class__ is list or result.__class__ is tuple:
+            items = [self.template(index, r, stays) for r in result]
+            return None if any(i is None for i in items) else result.__class__(items)
+        return result
+
+    def layouts(self, templates: list) -> tuple[list, list, list]:
+        """For the ``templates`` of the statements that became commands: the k of each new array they
+        mark, in order, its (shape, dtype), and the templates marking each by its place in that order."""
+        used = sorted({k for t in templates for k in marks(t)})
+        place = {k: _Made(p) for p, k in enumerate(used)}
+        return used, [(self.arrays[k].shape, self.arrays[k].dtype) for k in used], \
+            [filled(t, place) for t in templates]
+
+
+def filled(template, made):
+    """``template`` (`NewResults.template`) with each mark ``k`` replaced by ``made[k]``."""
+    cls = template.__class__
+    if cls is _Made:
+        return made[template]
+    if cls is list or cls is tuple:
+        return cls(filled(t, made) for t in template)
+    return template
+
+
+def marks(template) -> list:
+    """The marks in ``template`` (`NewResults.template`): the new results it stands for.
+
+    >>> marks([_Made(2), np.ones(1), (_Made(0),)])
+    [2, 0]
+    """
+    if template.__class__ is _Made:
+        return [int(template)]
+    if template.__class__ is list or template.__class__ is tuple:
+        return [k for t in template for k in marks(t)]
+    return []
+
+
+def _arrays(x) -> list:
+    if x.__class__ is list or x.__class__ is tuple:
+        return [a for item in x for a in _arrays(item)]
+    return [x] if x.__class__ is np.ndarray else []

@@ -317,12 +317,21 @@ def _own_gradient(g, value, handed_out: set[int]):
     """
     if not is_array(g):  # a numpy scalar from a full reduction (full_like: a step of a recording too)
         g = get_array_module(value).full_like(value, g, shape=())
-    elif g.base is not None or id(g) in handed_out or g.dtype != value.dtype:
+    elif g.dtype != value.dtype:
         g = g.astype(value.dtype, copy=True)
+    elif g.base is not None or id(g) in handed_out:
+        g = _copy(g)
     if g.shape != value.shape:
         raise RuntimeError(f"internal error: gradient of shape {g.shape} for an argument of shape "
                            f"{value.shape}")
     return g
+
+
+def _copy(g):
+    """A copy of gradient ``g``: a float array's by ``positive`` (a ufunc, so that a recording writes it
+    into a buffer it plans and a native replay copies it), any other by ``copy`` (a ufunc makes a 0-d
+    array a scalar)."""
+    return get_array_module(g).positive(g) if g.dtype.kind == "f" and g.ndim else g.copy()
 
 
 def _no_gradient(value):

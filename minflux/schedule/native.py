@@ -59,7 +59,7 @@ from ..runtime.threads import threads_now, usable_cores
 from . import native_groups
 from .native_places import Places
 from .native_probe import Probe, _arrays, _leaves, command_of
-from .native_results import NewResults, filled, marks
+from .native_results import NewResults, filled, marks, rendered
 from .traced import _method_caller
 
 _PLACEHOLDER = re.compile(r"[@$]")
@@ -140,8 +140,10 @@ class NativeForm:
     >>> replay, _ = replays.Replay(rec, [y.slot]), load_runner()
     >>> [replay([np.full(4, 3.0)])[0].tolist() for _ in range(replays.COMPILE_AFTER + 3)][-1]
     [8.0, 8.0, 8.0, 8.0]
-    >>> replay.native.n_commands, replay.native.n_python     # the sum; the product and np.seterr
-    (1, 2)
+    >>> replay.native.n_commands, replay.native.n_python     # the sum, the product; np.seterr
+    (2, 1)
+    >>> replay.native.new_results     # the product's array, made anew on each call
+    [(2, 0)]
     """
 
     def __init__(self, statements: list, planned: set, probe: Probe, arena: np.ndarray, inputs: list,
@@ -158,7 +160,7 @@ class NativeForm:
         work: dict = {}             # statement -> (its multiply-adds, the words of its row shares)
         refreshes: dict = {}        # statement -> the statement writing its command's cells
         templates: list = []        # of the results with arrays made new on every call (`native_results`)
-        self._now: list = []        # those results on this call
+        self._made: list = []       # the arrays made for them on this call
         self._skip = (-1, -1)       # the first and end words of a command whose call ran in Python instead
         steady = set(range(len(inputs)))   # slots whose arrays lie where they lay at the probe, or in an input
         for index, st in enumerate(statements):
@@ -195,7 +197,7 @@ class NativeForm:
             if marks(template):
                 result = _Moving(len(templates))
                 templates.append(template)
-            natives[index] = (first, len(words), self._stub(statements[index], result))
+            natives[index] = (first, len(words), result)
             work[index] = (0 if command.refresh else native_groups.multiply_adds(command.words),
                            native_groups.share_words(first, len(command.words), len(shares)))
             if command.refresh is not None:
@@ -207,6 +209,8 @@ class NativeForm:
         used = sorted({i for _, i, _ in patches if i < n})
         self._inputs = [(i, inputs[i].shape, inputs[i].strides, inputs[i].dtype) for i in used]
         made, self._new_layouts, self._templates = new.layouts(templates)
+        for index, (first, end, result) in natives.items():
+            natives[index] = (first, end, self._stub(statements[index], result))
         self.new_results = [new.owner[k] for k in made]   # (statement, which of its result's arrays)
         used += [n + k for k in made]
         self._patch_which = np.array([used.index(i) for _, i, _ in patches], np.intp)
@@ -225,15 +229,15 @@ class NativeForm:
         self.n_python = len(statements) - len(natives)
 
     def _stub(self, st, result):
-        """``st`` with its call replaced by ``result`` (this call's, for a `_Moving`), or None when it
-        binds nothing."""
+        """``st`` with its call replaced by ``result`` (for a `_Moving`, its template filled with this
+        call's arrays), or None when it binds nothing."""
         if not st.writes:
             return None
         start, end, first, last = _call(st)
         moving = result.__class__ is _Moving
-        params = [*st.params[:first], self._now if moving else result, *st.params[last:]]
-        return st._replace(text=st.text[:start] + (f"$[{int(result)}]" if moving else "$") + st.text[end:],
-                           params=params, reads=())
+        text, made = rendered(self._templates[result], self._made) if moving else ("$", [result])
+        return st._replace(text=st.text[:start] + text + st.text[end:],
+                           params=[*st.params[:first], *made, *st.params[last:]], reads=())
 
     def _refresh_statement(self, st, words: tuple, result, refresh):
         """A statement calling `_refreshed` with the arguments ``st`` calls its callable with."""
@@ -249,7 +253,7 @@ class NativeForm:
         if refresh[0](args, kwargs):
             return
         made = _arrays(fn(*args, **kwargs))
-        kept = _arrays(self._now[result] if result.__class__ is _Moving else result)
+        kept = _arrays(filled(self._templates[result], self._made) if result.__class__ is _Moving else result)
         if len(made) != len(kept) or any(m.shape != k.shape or m.dtype != k.dtype for m, k in zip(made, kept)):
             raise RuntimeError(f"minflux: a compiled step's native replay met {getattr(fn, '__name__', fn)!r} "
                                "giving results of other shapes or dtypes than when it was recorded; set "
@@ -319,9 +323,8 @@ class NativeForm:
                 return False
         arrays = [inputs[i] for i, _, _, _ in self._inputs]
         if self._templates:
-            made = made or [np.empty(shape, dtype) for shape, dtype in self._new_layouts]
-            self._now[:] = [filled(t, made) for t in self._templates]
-            arrays += made
+            self._made[:] = made or [np.empty(shape, dtype) for shape, dtype in self._new_layouts]
+            arrays += self._made
         if arrays:
             bases = np.array(pointers(arrays), np.int64)
             self.program[self._patch_at] = bases[self._patch_which] + self._patch_offset
@@ -410,8 +413,8 @@ def _is_view(st) -> bool:
 
 
 class _Moving(int):
-    """Stands for the results of this call of a statement whose results are new on every call:
-    `NativeForm`'s ``_now[self]``."""
+    """Stands for the results of a statement whose results are new on every call: `NativeForm`'s
+    ``_templates[self]`` filled with this call's arrays."""
 
 
 def _array_at(address: int, shape: tuple, strides: tuple, dtype) -> np.ndarray:

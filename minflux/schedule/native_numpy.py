@@ -1,19 +1,21 @@
 """numpy operations of a recorded schedule as native commands: elementwise arithmetic, sums, concatenation.
 
-`COMMANDS` maps ``np.add``, ``np.subtract``, ``np.multiply``, ``np.true_divide``, ``np.concatenate``
-and ``ndarray.sum`` to the function that gives a call's `minflux.runtime.native_runner.Command`, or
-None where the call is not one the runner does as numpy does. Arithmetic qualifies on float32 or
-float64 arrays of the result's dtype (or Python numbers, converted to it as numpy converts them)
-whose elements are read whole or once per row, written into an ``out`` that overlaps no operand
-except as that very operand (checked in place, the result goes to a scratch array first and over the
-operand once the check passed, so that a check that fails leaves numpy the operands to start again).
-IEEE arithmetic rounds each element the same way in any loop, so the bits are numpy's (a NaN's
-payload aside, where both operands are NaN), and numpy's floating-point checks are kept
-(`native_runner`). A concatenation qualifies when every array and ``out`` are
-C-contiguous of one dtype: it is a copy of rows. A sum qualifies over the leading or the trailing
-axes of a C-contiguous float32 or float64 array: numpy sums across its inner loop in order and along
-it pairwise, and the runner does the same (checked once against numpy's bits at the probe, like the
-arithmetic).
+`COMMANDS` maps ``np.add``, ``np.subtract``, ``np.multiply``, ``np.true_divide``, ``np.positive``,
+``np.concatenate``, ``np.stack`` and ``ndarray.sum`` to the function that gives a call's
+`minflux.runtime.native_runner.Command`, or None where the call is not one the runner does as numpy
+does. Arithmetic qualifies on float32 or float64 arrays of the result's dtype (or Python numbers,
+converted to it as numpy converts them) whose elements are read whole or once per row, written into
+an ``out`` that overlaps no operand except as that very operand (checked in place, the result goes
+to a scratch array first and over the operand once the check passed, so that a check that fails
+leaves numpy the operands to start again). IEEE arithmetic rounds each element the same way in any
+loop, so the bits are numpy's (a NaN's payload aside, where both operands are NaN), and numpy's
+floating-point checks are kept (`native_runner`). A concatenation qualifies when every array and
+``out`` are C-contiguous of one dtype: it is a copy of rows (a stack is the concatenation of its
+arrays, each with a new axis where it stacks them); so is ``np.positive`` of a float array with
+contiguous rows into ``out`` of its dtype (a float's unary plus changes no bit). A sum qualifies
+over the leading or the trailing axes of a C-contiguous float32 or float64 array: numpy sums across
+its inner loop in order and along it pairwise, and the runner does the same (checked once against
+numpy's bits at the probe, like the arithmetic).
 
 >>> import numpy as np
 >>> a, b, out = np.ones((2, 3), np.float32), np.ones(3, np.float32), np.empty((2, 3), np.float32)
@@ -130,6 +132,17 @@ def _concatenate_command(args: tuple, kwargs: dict, errstate: dict) -> Command |
     return sequence(*copies)
 
 
+def _stack_command(args: tuple, kwargs: dict, errstate: dict) -> Command | None:
+    """``np.stack(arrays, axis, out=out)``: the concatenation of the arrays, each with a new axis there."""
+    if not args or len(args) > 2 or set(kwargs) - {"axis", "out"} or args[0].__class__ not in (list, tuple):
+        return None
+    axis, out = kwargs.get("axis", args[1] if len(args) == 2 else 0), kwargs.get("out")
+    if axis.__class__ is not int or out.__class__ is not np.ndarray or not -out.ndim <= axis < out.ndim or \
+            any(x.__class__ is not np.ndarray or x.ndim != out.ndim - 1 for x in args[0]):
+        return None
+    return _concatenate_command(([np.expand_dims(x, axis) for x in args[0]],), {"axis": axis, "out": out}, errstate)
+
+
 _SUM_MAX_COLUMNS = 8192   # numpy's reduction buffer: longer rows may be summed in pieces
 
 
@@ -161,6 +174,30 @@ def _sum_command(args: tuple, kwargs: dict, errstate: dict) -> Command | None:
                                                                  if n in kwargs}), (a, out)))
 
 
+def _positive_command(args: tuple, kwargs: dict, errstate: dict) -> Command | None:
+    """``np.positive(x, out=out)`` of a float array whose rows are contiguous, into a C-contiguous ``out``
+    of its dtype: a copy of rows of bytes (a float's unary plus changes no bit)."""
+    out = kwargs.get("out")
+    if out.__class__ is tuple and len(out) == 1:
+        out = out[0]
+    if (len(args) != 1 or set(kwargs) - {"out", "dtype", "order"} or out.__class__ is not np.ndarray
+            or not out.flags.c_contiguous or not out.flags.writeable or not out.size or out.dtype not in MAP_DTYPES):
+        return None
+    x = args[0]
+    if x.__class__ is not np.ndarray or x.dtype != out.dtype or kwargs.get("dtype", x.dtype) != x.dtype or \
+            np.may_share_memory(x, out):
+        return None
+    laid = _rows(x, out.shape)
+    if laid is None or laid[1] != 1 and out.shape[-1] > 1:
+        return None
+    cols = out.shape[-1] if out.ndim else 1
+    row = cols * out.itemsize
+    pa, po = pointers([x, out])
+    return copy_words(out.size // cols, row, (pa, laid[0]), (po, row))
+
+
 COMMANDS = {fn: _map_command(op) for op, (_, fn) in enumerate(native_runner.MAP_OPERATIONS)}
+COMMANDS[np.positive] = _positive_command
 COMMANDS[np.concatenate] = _concatenate_command
+COMMANDS[np.stack] = _stack_command
 COMMANDS[_method_caller("sum")] = _sum_command

@@ -61,8 +61,8 @@ class Probe:
                        "it stays a Python call; please report it")
             command = None
         result = fn(*args, **kwargs)
-        if command is None and make is not None and getattr(fn, "fills_new_results", False):
-            command = _into_results(make, args, kwargs, result, errstate)
+        if command is None and make is not None and _fills_new_results(fn):
+            command, scratch = _into_results(make, args, kwargs, result, errstate)
         if command is not None and (command.redo is None or
                                     scratch is not None and scratch.tobytes() == command.redo[1][-1].tobytes()):
             self.commands[index] = (command, result)
@@ -72,18 +72,33 @@ class Probe:
         return result
 
 
-def _into_results(make, args: tuple, kwargs: dict, result, errstate: dict):
-    """The command of a call that made (some of) its results new: made for the arrays it returned
-    (given as its ``out=``, a list with None for each result it made), or None."""
+def _into_results(make, args: tuple, kwargs: dict, result, errstate: dict) -> tuple:
+    """(the command of a call that made (some of) its results new, made for the arrays it returned as
+    its ``out=``: a ufunc's array, or a list with each result it made in place of its None; what the
+    command writes on copies of its operands where it has a check to redo), or (None, None). The call
+    wrote nothing its operands hold, so they are as they were before it."""
     given = kwargs.get("out")
-    if result.__class__ is not list or given is not None and (given.__class__ is not list or len(given) != len(result)):
-        return None
+    if result.__class__ is np.ndarray and given is None:
+        out = result
+    elif result.__class__ is list and (given is None or given.__class__ is list and len(given) == len(result)):
+        out = list(result)
+    else:
+        return None, None
+    into = {**kwargs, "out": out}
     try:
-        return make(args, {**kwargs, "out": list(result)}, errstate)
+        command = make(args, into, errstate)
+        return command, None if command is None or command.redo is None else _trial(make, command, into, errstate)
     except Exception as error:   # noqa: BLE001 (its call stays a Python call, as it ran)
-        _warn_once(f"minflux could not make a native command of a launch into its results ({error!r}); it "
+        _warn_once(f"minflux could not make a native command of a call into its results ({error!r}); it "
                    "stays a Python call; please report it")
-        return None
+        return None, None
+
+
+def _fills_new_results(fn) -> bool:
+    """Whether ``fn``'s command may be made for the results a call made new: a launch that says so, a
+    ufunc of one result, a concatenation or a stack."""
+    return getattr(fn, "fills_new_results", False) or fn.__class__ is np.ufunc and fn.nout == 1 or \
+        fn is np.concatenate or fn is np.stack
 
 
 def _leaves(x) -> list:

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..runtime.pointers import pointers
 
-__all__ = ["NewResults", "filled", "marks"]
+__all__ = ["NewResults", "filled", "marks", "rendered"]
 
 
 class _Made(int):
@@ -84,6 +84,23 @@ def filled(template, made):
     if cls is list or cls is tuple:
         return cls(filled(t, made) for t in template)
     return template
+
+
+def rendered(template, made: list) -> tuple[str, list]:
+    """``template`` as the text of a statement's expression (``$`` for each of its params) that gives
+    it with each mark ``k`` replaced by ``made[k]`` when it runs.
+
+    >>> rendered((_Made(1), "a"), ["x", "y"])
+    ('($[1], $,)', [['x', 'y'], 'a'])
+    """
+    cls = template.__class__
+    if cls is _Made:
+        return f"$[{int(template)}]", [made]
+    if cls is list or cls is tuple:
+        parts = [rendered(t, made) for t in template]
+        text = ", ".join(text for text, _ in parts)
+        return (f"[{text}]" if cls is list else f"({text},)"), [p for _, params in parts for p in params]
+    return "$", [template]
 
 
 def marks(template) -> list:

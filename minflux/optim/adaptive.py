@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..pointwise.functions import elementwise
+from ..runtime.native_runner import MAP_DTYPES, powers_words
 from ..schedule import operation
 from ..pointwise.primitives import sign, sqrt
 
@@ -115,23 +116,45 @@ class Adam(Rule):
         return (m_new, v_new, t), delta
 
     def corrections(self, t, dtype):
-        """The bias corrections ``1 - beta1^t`` and ``1 - beta2^t`` for step count array ``t``, as
-        scalars of the gradients' ``dtype`` (the values a Python number of that dtype would take).
+        """The bias corrections ``1 - beta1^t`` and ``1 - beta2^t`` for step count array ``t``, as 0-d
+        arrays of the gradients' ``dtype`` (the values a Python number of that dtype would take).
 
-        >>> Adam(beta1=0.5, beta2=0.75).corrections(np.array(2), np.float32)
-        (np.float32(0.75), np.float32(0.4375))
+        >>> [c.tolist() for c in Adam(beta1=0.5, beta2=0.75).corrections(np.array(2), np.float32)]
+        [0.75, 0.4375]
         """
-        return _bias_corrections(t, self.beta1, self.beta2, np.dtype(dtype))
+        both = _bias_corrections(t, self.beta1, self.beta2, np.dtype(dtype))
+        return both[0, ...], both[1, ...]
 
 
-@operation(results="new")
-def _bias_corrections(t, beta1: float, beta2: float, dtype: np.dtype):
-    """`Adam.corrections`: a step count on the host is read once and raised in Python (one operation
-    where array arithmetic took six), one on a device stays there."""
+def _bias_corrections(t, beta1: float, beta2: float, dtype: np.dtype, out=None):
+    """`Adam.corrections`, both in one array (or ``out``): a step count on the host is read once and
+    raised in Python (one operation where array arithmetic took six; a native replay does the same with
+    the C library's ``pow``, which Python's ``**`` of floats calls), one on a device stays there."""
     if t.__class__ is np.ndarray or isinstance(t, (int, np.integer)):
         n = int(t)
-        return dtype.type(1.0 - beta1 ** n), dtype.type(1.0 - beta2 ** n)
-    return (1.0 - beta1 ** t).astype(dtype), (1.0 - beta2 ** t).astype(dtype)
+        made = np.array([dtype.type(1.0 - beta1 ** n), dtype.type(1.0 - beta2 ** n)], dtype)
+    else:
+        xp = xp_of(t)
+        made = xp.stack([(1.0 - beta1 ** t).astype(dtype), (1.0 - beta2 ** t).astype(dtype)])
+    if out is None:
+        return made
+    out[...] = made
+    return out
+
+
+def _powers_command(args: tuple, kwargs: dict, errstate: dict):
+    """`_bias_corrections` of a host step count into ``out=`` as a native command (`powers_words`)."""
+    (t, beta1, beta2, dtype), out = args, kwargs.get("out")
+    if (t.__class__ is not np.ndarray or t.dtype != np.int64 or t.shape or out.__class__ is not np.ndarray
+            or dtype not in MAP_DTYPES or out.dtype != dtype or out.shape != (2,) or not out.flags.c_contiguous
+            or not out.flags.writeable or beta1.__class__ is not float or beta2.__class__ is not float):
+        return None
+    return powers_words(dtype, t.ctypes.data, (beta1, beta2), out.ctypes.data,
+                        (_bias_corrections, (t, beta1, beta2, dtype, out)))   # called again where Python raises
+
+
+_bias_corrections.native_command, _bias_corrections.fills_new_results = _powers_command, True
+_bias_corrections = operation(_bias_corrections, results="out")
 
 
 @dataclass(frozen=True)

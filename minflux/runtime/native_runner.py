@@ -9,9 +9,10 @@ each, written by the builders below):
 - `gemm_words`: the row-major ``c = a @ b`` of a CBLAS ``?gemm`` (float32 or float64, 32- or 64-bit
   integers: `GEMM_VARIANTS`);
 - `map_words`: ``out = a + b`` (``-``, ``*``, ``/``: `MAP_OPERATIONS`) over rows of float32 or
-  float64 elements, an operand read whole or once per row;
+  float64 elements (``+ - *`` of int64 ones too), an operand read whole or once per row;
 - `sum_words`: sums of rows or of columns, in numpy's order;
-- `copy_words`: rows of bytes copied, as a concatenation does.
+- `copy_words`: rows of bytes copied, as a concatenation does;
+- `powers_words`: Adam's bias corrections ``1 - b ** t`` from a step count, as Python computes them.
 
 A product or an elementwise loop with ``flags`` other than 0 clears the floating-point status flags
 before it and tests them after it, as numpy does around its own loops; where one of ``flags`` was
@@ -49,13 +50,14 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .native_runner_ir import (COPY, COPY_WORDS, GEMM, GEMM_VARIANTS, GEMM_WORDS, KERNEL, MAP, MAP_DTYPES,
-                               MAP_OPERATIONS, MAP_WORDS, MAX_KERNEL_ARGUMENTS, SUM, SUM_WORDS, map_tag, runner_ir,
-                               sum_tag)
+from .native_runner_ir import (COPY, COPY_WORDS, GEMM, GEMM_VARIANTS, GEMM_WORDS, INTEGER_MAP, KERNEL, MAP,
+                               MAP_DTYPES, MAP_INTEGERS, MAP_OPERATIONS, MAP_WORDS, MAX_KERNEL_ARGUMENTS, POWERS,
+                               POWERS_WORDS, SUM, SUM_WORDS, map_tag, runner_ir, sum_tag)
 
-__all__ = ["COPY", "Command", "GEMM", "GEMM_VARIANTS", "KERNEL", "MAP", "MAP_DTYPES", "MAP_OPERATIONS",
+__all__ = ["COPY", "Command", "GEMM", "GEMM_VARIANTS", "KERNEL", "MAP", "MAP_DTYPES", "MAP_INTEGERS", "MAP_OPERATIONS",
            "MAX_KERNEL_ARGUMENTS", "SUM", "command_size", "copy_words", "fp_flags", "function_address",
-           "gemm_words", "kernel_words", "load_runner", "map_tag", "map_words", "numpy_gemm", "run", "runner_ready",
+           "gemm_words", "kernel_words", "load_runner", "map_tag", "map_words", "numpy_gemm", "powers_words", "run",
+           "runner_ready",
            "sequence", "sum_words"]
 
 
@@ -160,6 +162,23 @@ def sum_words(by_columns: bool, dtype, rows: int, cols: int, a: tuple, out: tupl
     return Command([sum_tag(by_columns, dtype), 0, rows, cols, a[0], a[1], out[0], out[1], flags], (4, 6), redo)
 
 
+def powers_words(dtype, count: int, bases: tuple, out: int, redo: tuple | None = None) -> Command:
+    """``out[k] = 1.0 - bases[k] ** t`` rounded to ``dtype`` (float32 or float64) for ``k`` 0 and 1, ``t``
+    the int64 at address ``count``: the bits of Python's ``dtype.type(1.0 - b ** int(t))`` (both call
+    the C library's ``pow``). Where Python would raise (a negative ``t``, an overflow) the walk stops at
+    it, for ``redo`` (as for `map_words`) to raise as Python does.
+
+    >>> t, out = np.array(3), np.empty(2, np.float32)
+    >>> command = powers_words(np.float32, t.ctypes.data, (0.5, 0.9), out.ctypes.data)
+    >>> run(np.array([-1, *command.words], np.int64), 1, 1 + len(command.words)); out.tolist() == [
+    ...     np.float32(1.0 - 0.5 ** 3), np.float32(1.0 - 0.9 ** 3)]
+    True
+    """
+    bits = np.array(bases, np.float64).view(np.int64)
+    return Command([POWERS + MAP_DTYPES.index(np.dtype(dtype)), 0, count, int(bits[0]), int(bits[1]), out], (2, 5),
+                   redo)
+
+
 def copy_words(rows: int, size: int, src: tuple, dst: tuple) -> Command:
     """``rows`` rows of ``size`` bytes copied: ``src`` and ``dst`` are (address, bytes between rows).
 
@@ -193,7 +212,11 @@ def command_size(program: np.ndarray, at: int) -> int:
     tag = int(program[at])
     if tag == KERNEL:
         return 3 + int(program[at + 2])
-    return GEMM_WORDS if tag < COPY else COPY_WORDS if tag == COPY else MAP_WORDS if tag < SUM else SUM_WORDS
+    if tag < COPY:
+        return GEMM_WORDS
+    if tag == COPY:
+        return COPY_WORDS
+    return POWERS_WORDS if tag >= POWERS else MAP_WORDS if tag < SUM or tag >= INTEGER_MAP else SUM_WORDS
 
 
 # -- numpy's own BLAS ----------------------------------------------------------------------------------

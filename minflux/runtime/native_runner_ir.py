@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["COPY", "COPY_WORDS", "GEMM", "GEMM_VARIANTS", "GEMM_WORDS", "KERNEL", "MAP", "MAP_DTYPES",
-           "MAP_OPERATIONS", "MAP_WORDS", "MAX_KERNEL_ARGUMENTS", "SUM", "SUM_WORDS", "map_tag", "runner_ir",
-           "sum_tag"]
+__all__ = ["COPY", "COPY_WORDS", "GEMM", "GEMM_VARIANTS", "GEMM_WORDS", "INTEGER_MAP", "KERNEL", "MAP",
+           "MAP_DTYPES", "MAP_INTEGERS", "MAP_OPERATIONS", "MAP_WORDS", "MAX_KERNEL_ARGUMENTS", "POWERS",
+           "POWERS_WORDS", "SUM", "SUM_WORDS", "map_tag", "runner_ir", "sum_tag"]
 
 KERNEL, GEMM, COPY, MAP = 0, 1, 5, 6
 GEMM_VARIANTS = ((np.dtype(np.float32), 32), (np.dtype(np.float32), 64),
@@ -24,7 +24,13 @@ MAP_OPERATIONS = (("fadd", np.add), ("fsub", np.subtract), ("fmul", np.multiply)
 MAP_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 SUM = MAP + len(MAP_OPERATIONS) * len(MAP_DTYPES) * 4
 """``SUM + 2 * mode + dtype``: sums of rows (mode 0) or of columns (mode 1) as numpy's ``add.reduce``."""
-GEMM_WORDS, MAP_WORDS, COPY_WORDS, SUM_WORDS = 14, 11, 8, 9
+MAP_INTEGERS = (np.dtype(np.int64),)
+"""The integer dtypes of ``MAP`` commands of the first three operations (``+ - *``), which wrap around
+as numpy's integer arithmetic does."""
+INTEGER_MAP = SUM + 2 * len(MAP_DTYPES)
+POWERS = INTEGER_MAP + 3 * len(MAP_INTEGERS) * 4
+"""``POWERS + dtype``: ``1 - b ** t`` of two bases and a step count, as Python computes them (`powers_words`)."""
+GEMM_WORDS, MAP_WORDS, COPY_WORDS, SUM_WORDS, POWERS_WORDS = 14, 11, 8, 9, 6
 MAX_KERNEL_ARGUMENTS = 96
 """The most arguments a kernel command may pass (the widest elementwise kernels stay Python calls)."""
 _ROW_MAJOR = 101
@@ -33,10 +39,13 @@ _ROW_MAJOR = 101
 def map_tag(op: int, dtype, pattern: int) -> int:
     """The tag of ``MAP_OPERATIONS[op]`` on ``dtype`` with broadcast ``pattern`` (`map_words`).
 
-    >>> map_tag(0, np.float32, 0), map_tag(0, np.float64, 3)
-    (6, 13)
+    >>> map_tag(0, np.float32, 0), map_tag(0, np.float64, 3), map_tag(0, np.int64, 0) == INTEGER_MAP
+    (6, 13, True)
     """
-    return MAP + (op * len(MAP_DTYPES) + MAP_DTYPES.index(np.dtype(dtype))) * 4 + pattern
+    dtype = np.dtype(dtype)
+    if dtype in MAP_INTEGERS:
+        return INTEGER_MAP + (op * len(MAP_INTEGERS) + MAP_INTEGERS.index(dtype)) * 4 + pattern
+    return MAP + (op * len(MAP_DTYPES) + MAP_DTYPES.index(dtype)) * 4 + pattern
 
 
 def _word(at: str, offset: int, name: str, lines: list) -> str:
@@ -134,10 +143,12 @@ def _row_address(name: str, row: str, base: str, stride: str, lines: list) -> st
     return f"%{name}.ptr"
 
 
-def _map_block(op: int, d: int, pattern: int) -> tuple[list, list, list]:
+def _map_block(op: int, dtype, pattern: int) -> tuple[list, list, list]:
     """``out = a <op> b`` over rows of columns; ``pattern``'s bits: a, b read one element per row."""
-    name, (instruction, _), dtype = f"m{op}.{d}.{pattern}", MAP_OPERATIONS[op], MAP_DTYPES[d]
-    scalar = "float" if dtype == np.float32 else "double"
+    name, (instruction, _) = f"m{op}.{dtype.str[1:]}.{pattern}", MAP_OPERATIONS[op]
+    scalar = {"f4": "float", "f8": "double", "i8": "i64", "i4": "i32"}[dtype.str[1:]]
+    if dtype.kind == "i":
+        instruction = instruction[1:]   # add, sub, mul
     lines = [f"{name}:"]
     rows, cols, a, a_rows, b, b_rows, out, out_rows, flags = (_word("%pc", 2 + i, f"{name}.w{i}", lines)
                                                               for i in range(9))
@@ -255,6 +266,34 @@ def _sum_block(by_columns: bool, d: int) -> tuple[list, list, list]:
     return [(sum_tag(by_columns, MAP_DTYPES[d]), name)], lines, [_next(name, SUM_WORDS, lines, f"{name}.f.end")]
 
 
+def _powers_block(d: int) -> tuple[list, list, list]:
+    """``out[k] = 1.0 - b_k ** t`` for the int64 ``t`` at an address and two float64 bases (their bits),
+    each rounded to ``MAP_DTYPES[d]``: the C library's ``pow``, which Python's ``**`` of floats calls
+    (a call LLVM may not rewrite, so that it stays that function). Where Python would raise instead (a
+    negative ``t``, a power that overflows), the walk stops at the command."""
+    name, t = f"p{d}", ("float" if MAP_DTYPES[d] == np.float32 else "double")
+    lines = [f"{name}:"]
+    count, base0, base1, out = (_word("%pc", 2 + i, f"{name}.w{i}", lines) for i in range(4))
+    lines += [f"  %{name}.tp = inttoptr i64 {count} to ptr", f"  %{name}.t = load i64, ptr %{name}.tp",
+              f"  %{name}.n = sitofp i64 %{name}.t to double", f"  %{name}.o = inttoptr i64 {out} to ptr",
+              f"  %{name}.bad = icmp slt i64 %{name}.t, 0"]
+    for k, base in enumerate((base0, base1)):
+        v, bad = f"%{name}.{k}", f"%{name}.bad{k}"
+        lines += [f"  {v}.b = bitcast i64 {base} to double",
+                  f"  {v}.p = call double @pow(double {v}.b, double %{name}.n) #0",
+                  f"  {v}.abs = call double @llvm.fabs.f64(double {v}.p)",
+                  f"  {v}.inf = fcmp oeq double {v}.abs, 0x7FF0000000000000",
+                  f"  {bad} = or i1 %{name}.bad{k - 1 if k else ''}, {v}.inf",
+                  f"  {v}.c = fsub double 1.0, {v}.p",
+                  (f"  {v}.r = fptrunc double {v}.c to float" if t == "float" else f"  {v}.r = fadd double {v}.c, 0.0"),
+                  f"  {v}.at = getelementptr {t}, ptr %{name}.o, i64 {k}"]
+    lines += [f"  br i1 %{name}.bad1, label %{name}.stop, label %{name}.store",
+              f"{name}.stop:", "  store i64 %pc, ptr %p", "  ret void",
+              f"{name}.store:"]
+    lines += [f"  store {t} %{name}.{k}.r, ptr %{name}.{k}.at" for k in range(2)]
+    return [(POWERS + d, name)], lines, [_next(name, POWERS_WORDS, lines, f"{name}.store")]
+
+
 def _copy_block() -> tuple[list, list, list]:
     lines = ["copy:"]
     rows, size, src, src_rows, dst, dst_rows = (_word("%pc", 2 + i, f"copy.w{i}", lines) for i in range(6))
@@ -269,15 +308,18 @@ def _copy_block() -> tuple[list, list, list]:
 def runner_ir() -> str:
     """The LLVM IR of the runner: ``minflux_run(first word, end word, 0, 0, 0, words)``."""
     blocks = [_kernel_blocks(), *(_gemm_block(v) for v in range(len(GEMM_VARIANTS))),
-              *(_map_block(op, d, pattern) for op in range(len(MAP_OPERATIONS)) for d in range(len(MAP_DTYPES))
+              *(_map_block(op, dtype, pattern) for op in range(len(MAP_OPERATIONS)) for dtype in MAP_DTYPES
                 for pattern in range(4)),
+              *(_map_block(op, dtype, pattern) for op in range(3) for dtype in MAP_INTEGERS for pattern in range(4)),
               *(_sum_block(by_columns, d) for by_columns in (False, True) for d in range(len(MAP_DTYPES))),
-              _copy_block()]
+              *(_powers_block(d) for d in range(len(MAP_DTYPES))), _copy_block()]
     cases = " ".join(f"i64 {tag}, label %{label}" for block in blocks for tag, label in block[0])
     exits = ", ".join(f"[{value}, {label}]" for block in blocks for value, label in block[2])
     lines = ["declare i32 @feclearexcept(i32)", "declare i32 @fetestexcept(i32)",
              "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
-             "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)", "",
+             "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)", "declare double @pow(double, double)",
+             "declare double @llvm.fabs.f64(double)",
+             "attributes #0 = { nobuiltin }", "",
              *(line for d in range(len(MAP_DTYPES)) for line in _pairwise(d)), "",
              "define void @minflux_run(i64 %r0, i64 %r1, i64 %inner, i64 %total, i64 %rows, ptr %p) {",
              "entry:", "  %any = icmp slt i64 %r0, %r1", "  br i1 %any, label %loop, label %done", "loop:",

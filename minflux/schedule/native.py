@@ -49,6 +49,7 @@ from __future__ import annotations
 import ctypes
 import operator
 import re
+from typing import NamedTuple
 
 import numpy as np
 
@@ -180,7 +181,11 @@ class NativeForm:
                 continue
             command, result = found
             located = [places.locate(command.words[p]) for p in command.addresses]
-            template = new.template(index, result, places.stays)
+            redo = None if command.redo is None else _redo_operands(command)
+            if redo is False:
+                continue   # an array of its redo at none of its addresses
+            unread = set(st.writes) <= set(st.dead) or _rebinds_out(st)   # its results need lie nowhere known
+            template = new.template(index, result, (lambda r: True) if unread else places.stays)
             if template is None or any(at is None or at != "fixed" and at[0] >= n and new.owner[at[0] - n][0] != index
                                        and new.owner[at[0] - n][0] not in natives for at in located):
                 continue   # an address in an array a Python call makes, or a result in memory that moves
@@ -190,14 +195,13 @@ class NativeForm:
             for share in shares:
                 patches.extend((len(words) + p, *at) for p, at in zip(command.addresses, located) if at != "fixed")
                 words.extend(share)
-            if command.redo is not None:
-                fn, operands = command.redo
-                self._redo[first] = (fn, [(first + p, x.shape, x.strides, x.dtype) if x.__class__ is np.ndarray
-                                          else x for p, x in zip(command.addresses, operands)], len(words))
+            if redo is not None:
+                self._redo[first] = (command.redo[0], [x._replace(word=first + x.word) if x.__class__ is _At else x
+                                                       for x in redo], len(words))
             if marks(template):
                 result = _Moving(len(templates))
                 templates.append(template)
-            natives[index] = (first, len(words), result)
+            natives[index] = (first, len(words), None if unread else result)
             work[index] = (0 if command.refresh else native_groups.multiply_adds(command.words),
                            native_groups.share_words(first, len(command.words), len(shares)))
             if command.refresh is not None:
@@ -230,8 +234,8 @@ class NativeForm:
 
     def _stub(self, st, result):
         """``st`` with its call replaced by ``result`` (for a `_Moving`, its template filled with this
-        call's arrays), or None when it binds nothing."""
-        if not st.writes:
+        call's arrays), or None when it binds nothing or nothing reads what it binds (``result`` None)."""
+        if not st.writes or result is None:
             return None
         start, end, first, last = _call(st)
         moving = result.__class__ is _Moving
@@ -345,7 +349,7 @@ class NativeForm:
                 return
             program[0] = -1
             fn, operands, first = self._redo[stopped]
-            *args, out = [_array_at(int(program[x[0]]), *x[1:]) if x.__class__ is tuple else x for x in operands]
+            *args, out = [_array_at(int(program[x.word]), *x[1:]) if x.__class__ is _At else x for x in operands]
             fn(*args, out=out)
             if first >= end:
                 return
@@ -396,6 +400,40 @@ def _argument_slots(st, positions: tuple) -> list:
     args, kwargs = _symbolic_arguments(st)
     leaves = _leaves((args, tuple(kwargs.values())))
     return [leaves[i] for i in positions if leaves[i].__class__ is _Slot]
+
+
+class _At(NamedTuple):
+    """A redo's array: at the address in word ``word`` of the program, laid out so."""
+
+    word: int
+    shape: tuple
+    strides: tuple
+    dtype: np.dtype
+
+
+def _redo_operands(command) -> list | bool:
+    """The operands of ``command``'s redo, each array as an `_At` the position of its address among
+    the command's words, or False where an array lies at none of them."""
+    at = {command.words[p]: p for p in command.addresses}
+    found = []
+    for x in command.redo[1]:
+        if x.__class__ is np.ndarray:
+            p = at.get(pointers([x])[0])
+            if p is None:
+                return False
+            x = _At(p, x.shape, x.strides, x.dtype)
+        found.append(x)
+    return found
+
+
+def _rebinds_out(st) -> bool:
+    """Whether statement ``st`` calls a ufunc and binds its result to the slot its ``out=`` reads: to
+    the array that slot holds already."""
+    if _callee(st).__class__ is not np.ufunc:
+        return False
+    out = _symbolic_arguments(st)[1].get("out")
+    out = out[0] if out.__class__ is tuple and len(out) == 1 else out
+    return out.__class__ is _Slot and st.writes == (out,)
 
 
 def _callee(st):

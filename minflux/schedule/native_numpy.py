@@ -9,7 +9,8 @@ an ``out`` that overlaps no operand except as that very operand (checked in plac
 to a scratch array first and over the operand once the check passed, so that a check that fails
 leaves numpy the operands to start again). IEEE arithmetic rounds each element the same way in any
 loop, so the bits are numpy's (a NaN's payload aside, where both operands are NaN), and numpy's
-floating-point checks are kept (`native_runner`). A concatenation qualifies when every array and
+floating-point checks are kept (`native_runner`); ``+ - *`` of int64 arrays (or Python ints
+that fit) wrap around as numpy's do. A concatenation qualifies when every array and
 ``out`` are C-contiguous of one dtype: it is a copy of rows (a stack is the concatenation of its
 arrays, each with a new axis where it stacks them); so is ``np.positive`` of a float array with
 contiguous rows into ``out`` of its dtype (a float's unary plus changes no bit). A sum qualifies
@@ -32,7 +33,7 @@ import math
 import numpy as np
 
 from ..runtime import native_runner
-from ..runtime.native_runner import Command, MAP_DTYPES, copy_words, map_words, sequence
+from ..runtime.native_runner import Command, MAP_DTYPES, MAP_INTEGERS, copy_words, map_words, sequence
 from ..runtime.pointers import pointers
 from .traced import _method_caller
 
@@ -65,15 +66,17 @@ def _map_command(op: int):
         out = kwargs.get("out", args[2] if len(args) == 3 else None)
         if out.__class__ is tuple and len(out) == 1:
             out = out[0]
-        if (len(args) not in (2, 3) or set(kwargs) - {"out"} or out.__class__ is not np.ndarray
-                or out.dtype not in MAP_DTYPES or not out.size or not out.flags.writeable):
+        if (len(args) not in (2, 3) or set(kwargs) - {"out"} or out.__class__ is not np.ndarray or not out.size
+                or not (out.dtype in MAP_DTYPES or out.dtype in MAP_INTEGERS and op < 3) or not out.flags.writeable):
             return None
         dtype, shape = out.dtype, out.shape
+        integer = dtype.kind == "i"
         operands, held, redo = [], [], []
         for x in args[:2]:
             if x.__class__ is np.ndarray and x.dtype == dtype:
                 operands.append(x)
-            elif x.__class__ in (float, int) or isinstance(x, np.generic) and x.dtype == dtype:
+            elif (x.__class__ is int and np.iinfo(dtype).min <= x <= np.iinfo(dtype).max if integer
+                  else x.__class__ in (float, int)) or isinstance(x, np.generic) and x.dtype == dtype:
                 operands.append(np.array(x, dtype))   # a Python number as numpy converts it
                 held.append(operands[-1])
             else:
@@ -81,7 +84,7 @@ def _map_command(op: int):
             redo.append(x)
         laid = [_rows(x, shape) for x in operands]
         written = _rows(out, shape)
-        flags = native_runner.fp_flags(errstate)
+        flags = 0 if integer else native_runner.fp_flags(errstate)
         if None in laid or written is None or written[1] != 1 and shape and shape[-1] > 1 or flags is None:
             return None
         in_place = False

@@ -109,7 +109,7 @@ def test_adam_bias_corrections_are_one_minus_beta_to_the_step_count(dtype):
     rule = optim.Adam(beta1=0.9, beta2=0.999)
     for t in (1, 2, 10, 1000, 10**6):
         got = rule.corrections(np.array(t), dtype)
-        assert [type(c) for c in got] == [dtype, dtype]
+        assert [(type(c), c.dtype, c.shape) for c in got] == [(np.ndarray, np.dtype(dtype), ())] * 2
         for c, beta in zip(got, (0.9, 0.999)):
             exact = -math.expm1(t * math.log(beta))   # 1 - beta^t without the cancellation
             # the formula 1 - beta^t in float64 (beta^t near 1 loses its low bits), rounded to dtype

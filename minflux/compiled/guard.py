@@ -377,7 +377,8 @@ def get(root_args: tuple, place: tuple):
 
 
 def _child(x, k):
-    if isinstance(x, (list, tuple, dict)):
+    cls = x.__class__
+    if cls is list or cls is tuple or cls is dict or isinstance(x, (list, tuple, dict)):
         return x[k]
     if isinstance(k, _PLACE_KEYS):
         return k.read(x)
@@ -401,3 +402,37 @@ def put(root_args, place: tuple, value) -> None:
             setattr(parent, place[-1], value)
         except AttributeError:  # a frozen dataclass or a read-only property: the object's own dict
             object.__setattr__(parent, place[-1], value)
+
+
+def write_plan(places: list) -> list:
+    """For the places of each value written back (a list of places per value; arrays and numbers,
+    never a container, whose replacement a recording refuses): (the place of a parent, [(its key, the
+    value's index)]) in order, so that the values written into one tuple rebuild it once (`put_planned`).
+
+    >>> write_plan([[(0, "state", 0)], [(0, "state", 2)]])
+    [((0, 'state'), [(0, 0), (2, 1)])]
+    """
+    into: dict = {}
+    for i, of_value in enumerate(places):
+        for place in of_value:
+            into.setdefault(place[:-1], []).append((place[-1], i))
+    return list(into.items())
+
+
+def put_planned(root_args, plan: list, values: list) -> None:
+    """`put` ``values`` where ``plan`` (`write_plan`) says, each tuple rebuilt once.
+
+    >>> args = [{"state": (1, 2, 3)}]
+    >>> put_planned(args, write_plan([[(0, "state", 0)], [(0, "state", 2)]]), [10, 30]); args
+    [{'state': (10, 2, 30)}]
+    """
+    for at, items in plan:
+        parent = get(root_args, at)
+        if len(items) > 1 and isinstance(parent, tuple):
+            rebuilt = list(parent)
+            for k, i in items:
+                rebuilt[k] = values[i]
+            put(root_args, at, tuple(rebuilt) if type(parent) is tuple else type(parent)(*rebuilt))
+        else:
+            for k, i in items:
+                put(root_args, at + (k,), values[i])

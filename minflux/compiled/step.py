@@ -62,10 +62,11 @@ _recording = threading.local()   # .depth: the compiled functions recording on t
 class _Entry:
     """What one guard key has: a replay (once recorded), or the decision to run eagerly."""
 
-    __slots__ = ("replay", "eager", "writes", "template", "n_outputs", "settling")
+    __slots__ = ("replay", "eager", "writes", "write_plan", "template", "n_outputs", "settling")
 
     def __init__(self):
         self.replay, self.eager, self.writes, self.template, self.n_outputs = None, False, (), None, 0
+        self.write_plan: list = []
         self.settling = 0
 
 
@@ -186,9 +187,7 @@ class CompiledStep:
     def _replay(self, entry: _Entry, roots: list, flat: guard.Flat):
         values = entry.replay(flat.leaves)
         outputs = values[:entry.n_outputs]
-        for (places, _), value in zip(entry.writes, values[entry.n_outputs:]):
-            for place in places:
-                guard.put(roots, place, value)
+        guard.put_planned(roots, entry.write_plan, values[entry.n_outputs:])
         return fill(entry.template, outputs, roots)
 
     def _checked(self, entry: _Entry, roots: list, flat: guard.Flat):
@@ -262,6 +261,7 @@ class CompiledStep:
         if fusion_changes() == before:
             entry.replay = Replay(rec, [t.slot for t in outs] + [slot for _, slot in writes], _planned)
             entry.writes, entry.template, entry.n_outputs = writes, shape, len(outs)
+            entry.write_plan = guard.write_plan([places for places, _ in writes])
             self._count_recording(flat.key, entry)
         elif entry.settling >= MAX_SETTLING_CALLS:
             entry.eager = True

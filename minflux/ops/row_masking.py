@@ -7,12 +7,15 @@ same code runs eagerly and in a replay of `minflux.compile`, and Python never re
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..autograd import record
 from ..backend import get_array_module, is_numpy_array
-from ..matrix_product import matmul as product
+from ..matrix_product import matmul as product, native_command
 from ..product_gradient import ProductGradient
+from ..runtime import native_runner
 from ..schedule import operation
 from ._common import value_of
 from ._shared_transpose import shared_transpose
@@ -84,3 +87,57 @@ def _masked(a, keep, columns: int, out=None):
         out[...] = a
     out[~keep, :columns] = 0
     return out
+
+
+def _forward_command(args: tuple, kwargs: dict, errstate: dict):
+    """`_forward` as one native command (`minflux.schedule.native`): the walk stops where the mask drops
+    enough rows to leave them out (the Python call does that), else the product and the masked rows'
+    zeros; the product's floating-point check stops it too."""
+    (x, w, keep, columns), out = args, kwargs.get("out")
+    if not (_rows_of(out, x.shape[0]) and _flat_mask(keep, x.shape[0]) and x.ndim == w.ndim == 2
+            and x.dtype == w.dtype == out.dtype and out.shape == (x.shape[0], w.shape[1])):
+        return None
+    gemm = native_command(x, w, out, errstate)
+    if gemm is None:
+        return None
+    work = x.shape[1] * columns
+    least = max(math.ceil(SKIP_MIN_FRACTION * x.shape[0]), -(-SKIP_MIN_WORK // work) if work else x.shape[0] + 1)
+    check = native_runner.rows_check_words(keep.ctypes.data, x.shape[0], least)
+    zeros = native_runner.zero_rows_words(keep.ctypes.data, x.shape[0], (out.ctypes.data, out.strides[0]),
+                                          columns * out.itemsize)
+    both = native_runner.sequence(check, gemm, zeros)
+    return both._replace(redo=(_forward.__wrapped_operation__, (x, w, keep, columns, out)),
+                         stops=(0, len(check.words)))
+
+
+def _masked_command(args: tuple, kwargs: dict, errstate: dict):
+    """`_masked` as a native command: its rows copied (unless in place), the masked rows' first columns
+    zeroed."""
+    (a, keep, columns), out = args, kwargs.get("out")
+    if not (a.__class__ is np.ndarray and a.ndim == 2 and _rows_of(out, a.shape[0]) and _flat_mask(keep, a.shape[0])
+            and a.shape == out.shape and a.dtype == out.dtype and a.strides[1] == a.itemsize):
+        return None
+    zeros = native_runner.zero_rows_words(keep.ctypes.data, out.shape[0], (out.ctypes.data, out.strides[0]),
+                                          columns * out.itemsize)
+    if a.ctypes.data == out.ctypes.data and a.strides == out.strides:
+        return zeros
+    if np.may_share_memory(a, out):
+        return None
+    row = out.shape[1] * out.itemsize
+    return native_runner.sequence(native_runner.copy_words(out.shape[0], row, (a.ctypes.data, a.strides[0]),
+                                                           (out.ctypes.data, out.strides[0])), zeros)
+
+
+def _rows_of(out, rows: int) -> bool:
+    """Whether ``out`` is a writable C-contiguous float matrix of ``rows`` (at least one) rows."""
+    return (out.__class__ is np.ndarray and out.ndim == 2 and out.shape[0] == rows > 0 and out.shape[1] > 0
+            and out.flags.c_contiguous and out.flags.writeable and out.dtype in native_runner.MAP_DTYPES)
+
+
+def _flat_mask(keep, rows: int) -> bool:
+    """Whether ``keep`` is a contiguous boolean array of ``rows`` elements, one byte each."""
+    return keep.__class__ is np.ndarray and keep.dtype == np.bool_ and keep.size == rows and keep.flags.c_contiguous
+
+
+_forward.__wrapped_operation__.native_command = _forward_command
+_masked.__wrapped_operation__.native_command = _masked_command

@@ -12,7 +12,8 @@ each, written by the builders below):
   float64 elements (``+ - *`` of int64 ones too), an operand read whole or once per row;
 - `sum_words`: sums of rows or of columns, in numpy's order;
 - `copy_words`: rows of bytes copied, as a concatenation does;
-- `powers_words`: Adam's bias corrections ``1 - b ** t`` from a step count, as Python computes them.
+- `powers_words`: Adam's bias corrections ``1 - b ** t`` from a step count, as Python computes them;
+- `rows_check_words` and `zero_rows_words`: a row mask's count checked, its masked rows zeroed.
 
 A product or an elementwise loop with ``flags`` other than 0 clears the floating-point status flags
 before it and tests them after it, as numpy does around its own loops; where one of ``flags`` was
@@ -52,12 +53,13 @@ import numpy as np
 
 from .native_runner_ir import (COPY, COPY_WORDS, GEMM, GEMM_VARIANTS, GEMM_WORDS, INTEGER_MAP, KERNEL, MAP,
                                MAP_DTYPES, MAP_INTEGERS, MAP_OPERATIONS, MAP_WORDS, MAX_KERNEL_ARGUMENTS, POWERS,
-                               POWERS_WORDS, SUM, SUM_WORDS, map_tag, runner_ir, sum_tag)
+                               POWERS_WORDS, ROWS_CHECK, ROWS_CHECK_WORDS, SUM, SUM_WORDS, ZERO_ROWS, ZERO_ROWS_WORDS,
+                               map_tag, runner_ir, sum_tag)
 
 __all__ = ["COPY", "Command", "GEMM", "GEMM_VARIANTS", "KERNEL", "MAP", "MAP_DTYPES", "MAP_INTEGERS", "MAP_OPERATIONS",
            "MAX_KERNEL_ARGUMENTS", "SUM", "command_size", "copy_words", "fp_flags", "function_address",
-           "gemm_words", "kernel_words", "load_runner", "map_tag", "map_words", "numpy_gemm", "powers_words", "run",
-           "runner_ready",
+           "gemm_words", "kernel_words", "load_runner", "map_tag", "map_words", "numpy_gemm", "powers_words",
+           "rows_check_words", "run", "runner_ready", "zero_rows_words",
            "sequence", "sum_words"]
 
 
@@ -72,7 +74,8 @@ class Command(NamedTuple):
     are not of the kinds the command was made for (the call then runs in Python instead);
     ``reads(args, kwargs)`` gives the arguments it writes into cells. ``rows``: 0, or the rows of a
     kernel that computes each row alone (as its launcher splits them over threads), whose row range
-    (words 3 and 4) may be cut into shares run at once."""
+    (words 3 and 4) may be cut into shares run at once. ``stops``: where among its words the walk may
+    stop for its redo (a command made of several may stop at more than its first)."""
 
     words: list
     addresses: tuple
@@ -80,6 +83,7 @@ class Command(NamedTuple):
     held: tuple = ()
     refresh: tuple[Callable, Callable] | None = None
     rows: int = 0
+    stops: tuple = (0,)
 
 
 _lock = threading.Lock()
@@ -179,6 +183,30 @@ def powers_words(dtype, count: int, bases: tuple, out: int, redo: tuple | None =
                    redo)
 
 
+def rows_check_words(keep: int, rows: int, least: int) -> Command:
+    """Stop the walk here where at least ``least`` of the ``rows`` bytes at address ``keep`` (a
+    boolean mask) are 0 (``least`` 0: always).
+
+    >>> keep = np.array([True, False, False])
+    >>> programs = [np.array([-1, *rows_check_words(keep.ctypes.data, 3, n).words]) for n in (2, 3)]
+    >>> [run(p, 1, len(p)) or int(p[0]) for p in programs]    # stopped at word 1; went on
+    [1, -1]
+    """
+    return Command([ROWS_CHECK, 0, keep, rows, least], (2,))
+
+
+def zero_rows_words(keep: int, rows: int, out: tuple, size: int) -> Command:
+    """Zero the first ``size`` bytes of each row ``r`` of ``rows`` whose byte ``r`` at address ``keep``
+    (a boolean mask) is 0; ``out`` is (address, bytes between rows).
+
+    >>> keep, out = np.array([True, False]), np.ones((2, 3))
+    >>> command = zero_rows_words(keep.ctypes.data, 2, (out.ctypes.data, 24), 16)
+    >>> run(np.array([-1, *command.words], np.int64), 1, 1 + len(command.words)); out.tolist()
+    [[1.0, 1.0, 1.0], [0.0, 0.0, 1.0]]
+    """
+    return Command([ZERO_ROWS, 0, keep, rows, out[0], out[1], size], (2, 4))
+
+
 def copy_words(rows: int, size: int, src: tuple, dst: tuple) -> Command:
     """``rows`` rows of ``size`` bytes copied: ``src`` and ``dst`` are (address, bytes between rows).
 
@@ -216,7 +244,9 @@ def command_size(program: np.ndarray, at: int) -> int:
         return GEMM_WORDS
     if tag == COPY:
         return COPY_WORDS
-    return POWERS_WORDS if tag >= POWERS else MAP_WORDS if tag < SUM or tag >= INTEGER_MAP else SUM_WORDS
+    if tag >= POWERS:
+        return ROWS_CHECK_WORDS if tag == ROWS_CHECK else ZERO_ROWS_WORDS if tag == ZERO_ROWS else POWERS_WORDS
+    return MAP_WORDS if tag < SUM or tag >= INTEGER_MAP else SUM_WORDS
 
 
 # -- numpy's own BLAS ----------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ import numpy as np
 
 __all__ = ["COPY", "COPY_WORDS", "GEMM", "GEMM_VARIANTS", "GEMM_WORDS", "INTEGER_MAP", "KERNEL", "MAP",
            "MAP_DTYPES", "MAP_INTEGERS", "MAP_OPERATIONS", "MAP_WORDS", "MAX_KERNEL_ARGUMENTS", "POWERS",
-           "POWERS_WORDS", "SUM", "SUM_WORDS", "map_tag", "runner_ir", "sum_tag"]
+           "POWERS_WORDS", "ROWS_CHECK", "ROWS_CHECK_WORDS", "SUM", "SUM_WORDS", "ZERO_ROWS", "ZERO_ROWS_WORDS",
+           "map_tag", "runner_ir", "sum_tag"]
 
 KERNEL, GEMM, COPY, MAP = 0, 1, 5, 6
 GEMM_VARIANTS = ((np.dtype(np.float32), 32), (np.dtype(np.float32), 64),
@@ -30,7 +31,9 @@ as numpy's integer arithmetic does."""
 INTEGER_MAP = SUM + 2 * len(MAP_DTYPES)
 POWERS = INTEGER_MAP + 3 * len(MAP_INTEGERS) * 4
 """``POWERS + dtype``: ``1 - b ** t`` of two bases and a step count, as Python computes them (`powers_words`)."""
-GEMM_WORDS, MAP_WORDS, COPY_WORDS, SUM_WORDS, POWERS_WORDS = 14, 11, 8, 9, 6
+ROWS_CHECK, ZERO_ROWS = POWERS + len(MAP_DTYPES), POWERS + len(MAP_DTYPES) + 1
+"""The walk stops where at least so many rows are masked; the first bytes of the masked rows are zeroed."""
+GEMM_WORDS, MAP_WORDS, COPY_WORDS, SUM_WORDS, POWERS_WORDS, ROWS_CHECK_WORDS, ZERO_ROWS_WORDS = 14, 11, 8, 9, 6, 5, 7
 MAX_KERNEL_ARGUMENTS = 96
 """The most arguments a kernel command may pass (the widest elementwise kernels stay Python calls)."""
 _ROW_MAJOR = 101
@@ -294,6 +297,48 @@ def _powers_block(d: int) -> tuple[list, list, list]:
     return [(POWERS + d, name)], lines, [_next(name, POWERS_WORDS, lines, f"{name}.store")]
 
 
+def _masked_rows(name: str, keep: str, rows: str, body: list, lines: list) -> None:
+    """A loop over ``rows`` rows (at least one) running ``body`` (lines using ``%{name}.r``) on each row
+    whose byte in ``keep`` (a boolean mask) is 0."""
+    lines += [f"  %{name}.keep = inttoptr i64 {keep} to ptr", f"  br label %{name}.row", f"{name}.row:",
+              f"  %{name}.r = phi i64 [0, %{name}], [%{name}.r.next, %{name}.row.end]",
+              f"  %{name}.at = getelementptr i8, ptr %{name}.keep, i64 %{name}.r", f"  %{name}.v = load i8, ptr %{name}.at",
+              f"  %{name}.drop = icmp eq i8 %{name}.v, 0",
+              f"  br i1 %{name}.drop, label %{name}.masked, label %{name}.row.end", f"{name}.masked:"]
+    lines += body
+    lines += [f"  br label %{name}.row.end", f"{name}.row.end:", f"  %{name}.r.next = add i64 %{name}.r, 1",
+              f"  %{name}.more = icmp slt i64 %{name}.r.next, {rows}",
+              f"  br i1 %{name}.more, label %{name}.row, label %{name}.end", f"{name}.end:"]
+
+
+def _rows_check_block() -> tuple[list, list, list]:
+    """Count the rows of a boolean mask that are 0; where they are at least a given number, stop."""
+    lines = ["rc:"]
+    keep, rows, least = (_word("%pc", 2 + i, f"rc.w{i}", lines) for i in range(3))
+    lines += [f"  %rc.keep = inttoptr i64 {keep} to ptr", "  br label %rc.row", "rc.row:",
+              "  %rc.r = phi i64 [0, %rc], [%rc.r.next, %rc.row]",
+              "  %rc.n = phi i64 [0, %rc], [%rc.n.next, %rc.row]",
+              "  %rc.at = getelementptr i8, ptr %rc.keep, i64 %rc.r", "  %rc.v = load i8, ptr %rc.at",
+              "  %rc.zero = icmp eq i8 %rc.v, 0", "  %rc.one = zext i1 %rc.zero to i64",
+              "  %rc.n.next = add i64 %rc.n, %rc.one", "  %rc.r.next = add i64 %rc.r, 1",
+              f"  %rc.more = icmp slt i64 %rc.r.next, {rows}", "  br i1 %rc.more, label %rc.row, label %rc.end",
+              "rc.end:", f"  %rc.skip = icmp sge i64 %rc.n.next, {least}",
+              "  br i1 %rc.skip, label %rc.stop, label %rc.go", "rc.stop:", "  store i64 %pc, ptr %p", "  ret void",
+              "rc.go:"]
+    return [(ROWS_CHECK, "rc")], lines, [_next("rc", ROWS_CHECK_WORDS, lines, "rc.go")]
+
+
+def _zero_rows_block() -> tuple[list, list, list]:
+    """Zero the first bytes of each row whose byte in a boolean mask is 0."""
+    lines = ["zr:"]
+    keep, rows, out, stride, size = (_word("%pc", 2 + i, f"zr.w{i}", lines) for i in range(5))
+    body: list = []
+    row = _row_address("zr.o", "%zr.r", out, stride, body)
+    body.append(f"  call void @llvm.memset.p0.i64(ptr {row}, i8 0, i64 {size}, i1 false)")
+    _masked_rows("zr", keep, rows, body, lines)
+    return [(ZERO_ROWS, "zr")], lines, [_next("zr", ZERO_ROWS_WORDS, lines)]
+
+
 def _copy_block() -> tuple[list, list, list]:
     lines = ["copy:"]
     rows, size, src, src_rows, dst, dst_rows = (_word("%pc", 2 + i, f"copy.w{i}", lines) for i in range(6))
@@ -312,7 +357,8 @@ def runner_ir() -> str:
                 for pattern in range(4)),
               *(_map_block(op, dtype, pattern) for op in range(3) for dtype in MAP_INTEGERS for pattern in range(4)),
               *(_sum_block(by_columns, d) for by_columns in (False, True) for d in range(len(MAP_DTYPES))),
-              *(_powers_block(d) for d in range(len(MAP_DTYPES))), _copy_block()]
+              *(_powers_block(d) for d in range(len(MAP_DTYPES))), _rows_check_block(), _zero_rows_block(),
+              _copy_block()]
     cases = " ".join(f"i64 {tag}, label %{label}" for block in blocks for tag, label in block[0])
     exits = ", ".join(f"[{value}, {label}]" for block in blocks for value, label in block[2])
     lines = ["declare i32 @feclearexcept(i32)", "declare i32 @fetestexcept(i32)",

@@ -196,8 +196,9 @@ class NativeForm:
                 patches.extend((len(words) + p, *at) for p, at in zip(command.addresses, located) if at != "fixed")
                 words.extend(share)
             if redo is not None:
-                self._redo[first] = (command.redo[0], [x._replace(word=first + x.word) if x.__class__ is _At else x
-                                                       for x in redo], len(words))
+                again = (command.redo[0], [x._replace(word=first + x.word) if x.__class__ is _At else x for x in redo],
+                         len(words))
+                self._redo.update((first + at, again) for at in command.stops)
             if marks(template):
                 result = _Moving(len(templates))
                 templates.append(template)

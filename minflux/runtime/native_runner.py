@@ -9,7 +9,8 @@ each, written by the builders below):
 - `gemm_words`: the row-major ``c = a @ b`` of a CBLAS ``?gemm`` (float32 or float64, 32- or 64-bit
   integers: `GEMM_VARIANTS`);
 - `map_words`: ``out = a + b`` (``-``, ``*``, ``/``: `MAP_OPERATIONS`) over rows of float32 or
-  float64 elements (``+ - *`` of int64 ones too), an operand read whole or once per row;
+  float64 elements (``+ - *`` of int64 ones too; `PREDICATES` of floats and `LOGICAL` operations of
+  booleans into booleans), an operand read whole or once per row;
 - `sum_words`: sums of rows or of columns, in numpy's order;
 - `copy_words`: rows of bytes copied, as a concatenation does;
 - `powers_words`: Adam's bias corrections ``1 - b ** t`` from a step count, as Python computes them;
@@ -51,16 +52,15 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .native_runner_ir import (COPY, COPY_WORDS, GEMM, GEMM_VARIANTS, GEMM_WORDS, INTEGER_MAP, KERNEL, MAP,
+from .native_runner_ir import (COPY, COPY_WORDS, GEMM, GEMM_VARIANTS, GEMM_WORDS, INTEGER_MAP, KERNEL, LOGICAL, MAP,
                                MAP_DTYPES, MAP_INTEGERS, MAP_OPERATIONS, MAP_WORDS, MAX_KERNEL_ARGUMENTS, POWERS,
-                               POWERS_WORDS, ROWS_CHECK, ROWS_CHECK_WORDS, SUM, SUM_WORDS, ZERO_ROWS, ZERO_ROWS_WORDS,
-                               map_tag, runner_ir, sum_tag)
+                               POWERS_WORDS, PREDICATE, PREDICATES, ROWS_CHECK, ROWS_CHECK_WORDS, SUM, SUM_WORDS,
+                               ZERO_ROWS, ZERO_ROWS_WORDS, map_tag, runner_ir, sum_tag)
 
-__all__ = ["COPY", "Command", "GEMM", "GEMM_VARIANTS", "KERNEL", "MAP", "MAP_DTYPES", "MAP_INTEGERS", "MAP_OPERATIONS",
-           "MAX_KERNEL_ARGUMENTS", "SUM", "command_size", "copy_words", "fp_flags", "function_address",
-           "gemm_words", "kernel_words", "load_runner", "map_tag", "map_words", "numpy_gemm", "powers_words",
-           "rows_check_words", "run", "runner_ready", "zero_rows_words",
-           "sequence", "sum_words"]
+__all__ = ["COPY", "Command", "GEMM", "GEMM_VARIANTS", "KERNEL", "LOGICAL", "MAP", "MAP_DTYPES", "MAP_INTEGERS",
+           "MAP_OPERATIONS", "MAX_KERNEL_ARGUMENTS", "PREDICATES", "SUM", "command_size", "copy_words", "fp_flags",
+           "function_address", "gemm_words", "kernel_words", "load_runner", "map_tag", "map_words", "numpy_gemm",
+           "powers_words", "rows_check_words", "run", "runner_ready", "sequence", "sum_words", "zero_rows_words"]
 
 
 class Command(NamedTuple):
@@ -244,6 +244,8 @@ def command_size(program: np.ndarray, at: int) -> int:
         return GEMM_WORDS
     if tag == COPY:
         return COPY_WORDS
+    if tag >= PREDICATE:
+        return MAP_WORDS
     if tag >= POWERS:
         return ROWS_CHECK_WORDS if tag == ROWS_CHECK else ZERO_ROWS_WORDS if tag == ZERO_ROWS else POWERS_WORDS
     return MAP_WORDS if tag < SUM or tag >= INTEGER_MAP else SUM_WORDS

@@ -13,7 +13,8 @@ import numpy as np
 
 __all__ = ["COPY", "COPY_WORDS", "GEMM", "GEMM_VARIANTS", "GEMM_WORDS", "INTEGER_MAP", "KERNEL", "MAP",
            "MAP_DTYPES", "MAP_INTEGERS", "MAP_OPERATIONS", "MAP_WORDS", "MAX_KERNEL_ARGUMENTS", "POWERS",
-           "POWERS_WORDS", "ROWS_CHECK", "ROWS_CHECK_WORDS", "SUM", "SUM_WORDS", "ZERO_ROWS", "ZERO_ROWS_WORDS",
+           "LOGICAL", "LOGICAL_MAP", "POWERS_WORDS", "PREDICATE", "PREDICATES", "ROWS_CHECK", "ROWS_CHECK_WORDS", "SUM",
+           "SUM_WORDS", "ZERO_ROWS", "ZERO_ROWS_WORDS",
            "map_tag", "runner_ir", "sum_tag"]
 
 KERNEL, GEMM, COPY, MAP = 0, 1, 5, 6
@@ -33,6 +34,12 @@ POWERS = INTEGER_MAP + 3 * len(MAP_INTEGERS) * 4
 """``POWERS + dtype``: ``1 - b ** t`` of two bases and a step count, as Python computes them (`powers_words`)."""
 ROWS_CHECK, ZERO_ROWS = POWERS + len(MAP_DTYPES), POWERS + len(MAP_DTYPES) + 1
 """The walk stops where at least so many rows are masked; the first bytes of the masked rows are zeroed."""
+PREDICATES = (("fcmp une", np.not_equal), ("fcmp oeq", np.equal))
+"""Comparisons of float32 or float64 elements into booleans (`MAP_WORDS` commands from ``PREDICATE``)."""
+LOGICAL = (("or", np.logical_or), ("and", np.logical_and))
+"""Logical operations of booleans (`MAP_WORDS` commands from ``LOGICAL_MAP``)."""
+PREDICATE = ZERO_ROWS + 1
+LOGICAL_MAP = PREDICATE + len(PREDICATES) * len(MAP_DTYPES) * 4
 GEMM_WORDS, MAP_WORDS, COPY_WORDS, SUM_WORDS, POWERS_WORDS, ROWS_CHECK_WORDS, ZERO_ROWS_WORDS = 14, 11, 8, 9, 6, 5, 7
 MAX_KERNEL_ARGUMENTS = 96
 """The most arguments a kernel command may pass (the widest elementwise kernels stay Python calls)."""
@@ -40,12 +47,18 @@ _ROW_MAJOR = 101
 
 
 def map_tag(op: int, dtype, pattern: int) -> int:
-    """The tag of ``MAP_OPERATIONS[op]`` on ``dtype`` with broadcast ``pattern`` (`map_words`).
+    """The tag of ``MAP_OPERATIONS[op]`` (or of ``op``, a ufunc of `PREDICATES` or `LOGICAL`) on ``dtype``
+    (of the operands) with broadcast ``pattern`` (`map_words`).
 
     >>> map_tag(0, np.float32, 0), map_tag(0, np.float64, 3), map_tag(0, np.int64, 0) == INTEGER_MAP
     (6, 13, True)
     """
     dtype = np.dtype(dtype)
+    if op.__class__ is np.ufunc:
+        predicates, logical = [fn for _, fn in PREDICATES], [fn for _, fn in LOGICAL]
+        if op in logical:
+            return LOGICAL_MAP + logical.index(op) * 4 + pattern
+        return PREDICATE + (predicates.index(op) * len(MAP_DTYPES) + MAP_DTYPES.index(dtype)) * 4 + pattern
     if dtype in MAP_INTEGERS:
         return INTEGER_MAP + (op * len(MAP_INTEGERS) + MAP_INTEGERS.index(dtype)) * 4 + pattern
     return MAP + (op * len(MAP_DTYPES) + MAP_DTYPES.index(dtype)) * 4 + pattern
@@ -146,12 +159,31 @@ def _row_address(name: str, row: str, base: str, stride: str, lines: list) -> st
     return f"%{name}.ptr"
 
 
-def _map_block(op: int, dtype, pattern: int) -> tuple[list, list, list]:
-    """``out = a <op> b`` over rows of columns; ``pattern``'s bits: a, b read one element per row."""
-    name, (instruction, _) = f"m{op}.{dtype.str[1:]}.{pattern}", MAP_OPERATIONS[op]
-    scalar = {"f4": "float", "f8": "double", "i8": "i64", "i4": "i32"}[dtype.str[1:]]
-    if dtype.kind == "i":
-        instruction = instruction[1:]   # add, sub, mul
+_SCALARS = {"f4": "float", "f8": "double", "i8": "i64", "b1": "i8"}
+
+
+def _map_block(op, dtype, pattern: int) -> tuple[list, list, list]:
+    """``out = a <op> b`` over rows of columns (`map_tag`); ``pattern``'s bits: a, b read one element per
+    row."""
+    scalar, code = _SCALARS[dtype.str[1:]], dtype.str[1:]
+    if op in (np.not_equal, np.equal):
+        predicate = PREDICATES[[fn for _, fn in PREDICATES].index(op)][0]
+        name, out, lines = f"q{op.__name__}.{code}.{pattern}", "i8", [
+            "  {z}.i1 = " + predicate + " " + scalar + " {x}, {y}", "  {z} = zext i1 {z}.i1 to i8"]
+    elif op in (np.logical_or, np.logical_and):
+        instruction = LOGICAL[[fn for _, fn in LOGICAL].index(op)][0]
+        name, out, lines = f"l{op.__name__}.{pattern}", "i8", [
+            "  {z}.both = " + instruction + " i8 {x}, {y}", "  {z}.i1 = icmp ne i8 {z}.both, 0",
+            "  {z} = zext i1 {z}.i1 to i8"]
+    else:
+        instruction = MAP_OPERATIONS[op][0][dtype.kind == "i":]   # add, sub, mul for integers
+        name, out, lines = f"m{op}.{code}.{pattern}", scalar, ["  {z} = " + instruction + " " + scalar + " {x}, {y}"]
+    return _elementwise(name, map_tag(op, dtype, pattern), pattern, scalar, out, lines)
+
+
+def _elementwise(name: str, tag: int, pattern: int, scalar: str, out_scalar: str, compute: list):
+    """The block of a `MAP_WORDS` command computing ``{z}`` of type ``out_scalar`` from ``{x}`` and
+    ``{y}`` of type ``scalar`` by the lines ``compute``."""
     lines = [f"{name}:"]
     rows, cols, a, a_rows, b, b_rows, out, out_rows, flags = (_word("%pc", 2 + i, f"{name}.w{i}", lines)
                                                               for i in range(9))
@@ -166,16 +198,16 @@ def _map_block(op: int, dtype, pattern: int) -> tuple[list, list, list]:
         body.append(f"  %{name}.{which}.p = getelementptr {scalar}, ptr {row}, i64 {at}")
         body.append(f"  %{name}.{which} = load {scalar}, ptr %{name}.{which}.p")
         values.append(f"%{name}.{which}")
-    body += [f"  %{name}.z = {instruction} {scalar} {values[0]}, {values[1]}",
-             f"  %{name}.z.p = getelementptr {scalar}, ptr {po}, i64 %{name}.c",
-             f"  store {scalar} %{name}.z, ptr %{name}.z.p",
+    body += [line.format(z=f"%{name}.z", x=values[0], y=values[1]) for line in compute]
+    body += [f"  %{name}.z.p = getelementptr {out_scalar}, ptr {po}, i64 %{name}.c",
+             f"  store {out_scalar} %{name}.z, ptr %{name}.z.p",
              f"  %{name}.c.next = add i64 %{name}.c, 1",
              f"  %{name}.c.more = icmp slt i64 %{name}.c.next, {cols}",
              f"  br i1 %{name}.c.more, label %{name}.col, label %{name}.row.end"]
     loop: list = []
     _rows(name, body, rows, loop, entry=f"{name}.f.work")
     _checked(f"{name}.f", flags, loop, lines)
-    return [(map_tag(op, dtype, pattern), name)], lines, [_next(name, MAP_WORDS, lines, f"{name}.f.end")]
+    return [(tag, name)], lines, [_next(name, MAP_WORDS, lines, f"{name}.f.end")]
 
 
 def sum_tag(by_columns: bool, dtype) -> int:
@@ -356,6 +388,8 @@ def runner_ir() -> str:
               *(_map_block(op, dtype, pattern) for op in range(len(MAP_OPERATIONS)) for dtype in MAP_DTYPES
                 for pattern in range(4)),
               *(_map_block(op, dtype, pattern) for op in range(3) for dtype in MAP_INTEGERS for pattern in range(4)),
+              *(_map_block(op, dtype, pattern) for _, op in PREDICATES for dtype in MAP_DTYPES for pattern in range(4)),
+              *(_map_block(op, np.dtype(bool), pattern) for _, op in LOGICAL for pattern in range(4)),
               *(_sum_block(by_columns, d) for by_columns in (False, True) for d in range(len(MAP_DTYPES))),
               *(_powers_block(d) for d in range(len(MAP_DTYPES))), _rows_check_block(), _zero_rows_block(),
               _copy_block()]

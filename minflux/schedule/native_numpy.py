@@ -59,23 +59,33 @@ def _rows(x: np.ndarray, shape: tuple) -> tuple | None:
     return (strides[-2] if len(shape) > 1 else 0), (1 if inner and shape[-1] > 1 else 0)
 
 
-def _map_command(op: int):
-    fn = native_runner.MAP_OPERATIONS[op][1]
+def _map_command(op):
+    """The command maker of ``MAP_OPERATIONS[op]``, or of ``op`` itself, a ufunc of `PREDICATES` (floats
+    compared into booleans) or `LOGICAL` (of booleans)."""
+    fn = op if op.__class__ is np.ufunc else native_runner.MAP_OPERATIONS[op][1]
+    logical = fn in (np.logical_or, np.logical_and)
+    boolean = logical or fn in (np.not_equal, np.equal)
 
     def command(args: tuple, kwargs: dict, errstate: dict) -> Command | None:
         out = kwargs.get("out", args[2] if len(args) == 3 else None)
         if out.__class__ is tuple and len(out) == 1:
             out = out[0]
         if (len(args) not in (2, 3) or set(kwargs) - {"out"} or out.__class__ is not np.ndarray or not out.size
-                or not (out.dtype in MAP_DTYPES or out.dtype in MAP_INTEGERS and op < 3) or not out.flags.writeable):
+                or not out.flags.writeable or not (out.dtype == np.bool_ if boolean else
+                                                   out.dtype in MAP_DTYPES or out.dtype in MAP_INTEGERS and op < 3)):
             return None
         dtype, shape = out.dtype, out.shape
+        if boolean and not logical:   # compared in the arrays' float dtype
+            dtype = next((x.dtype for x in args[:2] if x.__class__ is np.ndarray), None)
+            if dtype not in MAP_DTYPES:
+                return None
         integer = dtype.kind == "i"
         operands, held, redo = [], [], []
         for x in args[:2]:
             if x.__class__ is np.ndarray and x.dtype == dtype:
                 operands.append(x)
-            elif (x.__class__ is int and np.iinfo(dtype).min <= x <= np.iinfo(dtype).max if integer
+            elif (x.__class__ is bool if logical else
+                  x.__class__ is int and np.iinfo(dtype).min <= x <= np.iinfo(dtype).max if integer
                   else x.__class__ in (float, int)) or isinstance(x, np.generic) and x.dtype == dtype:
                 operands.append(np.array(x, dtype))   # a Python number as numpy converts it
                 held.append(operands[-1])
@@ -84,7 +94,7 @@ def _map_command(op: int):
             redo.append(x)
         laid = [_rows(x, shape) for x in operands]
         written = _rows(out, shape)
-        flags = 0 if integer else native_runner.fp_flags(errstate)
+        flags = 0 if integer or logical else native_runner.fp_flags(errstate)
         if None in laid or written is None or written[1] != 1 and shape and shape[-1] > 1 or flags is None:
             return None
         in_place = False
@@ -200,6 +210,7 @@ def _positive_command(args: tuple, kwargs: dict, errstate: dict) -> Command | No
 
 
 COMMANDS = {fn: _map_command(op) for op, (_, fn) in enumerate(native_runner.MAP_OPERATIONS)}
+COMMANDS.update((fn, _map_command(fn)) for _, fn in (*native_runner.PREDICATES, *native_runner.LOGICAL))
 COMMANDS[np.positive] = _positive_command
 COMMANDS[np.concatenate] = _concatenate_command
 COMMANDS[np.stack] = _stack_command

@@ -3,9 +3,10 @@
 A launch whose results reach the replay's results (an optimiser's new state, say) gets no planned
 buffer: each call must hand back arrays of its own, which nothing else holds. Its command writes
 them all the same. At the probe the command is made for the arrays that call returned; on every
-later call `NewResults.make` makes arrays of the same shapes and dtypes before the replay runs, their
-addresses are written into the command's words as an input's are (`minflux.schedule.native`), and
-the statement that bound the call's results binds these instead.
+later call the native form makes arrays of the same shapes and dtypes (`NewResults.layouts`) before
+the replay runs, writes their addresses into the command's words as an input's are
+(`minflux.schedule.native`), and the statement that bound the call's results binds these instead
+(`rendered`).
 
 >>> import numpy as np
 >>> from minflux.runtime.native_runner import Command
@@ -31,15 +32,15 @@ __all__ = ["NewResults", "filled", "marks", "rendered"]
 
 
 class _Made(int):
-    """In a result's template: the array `NewResults.make` makes for new result ``int(self)``."""
+    """In a result's template: the array made on each call for new result ``int(self)``."""
 
 
 class NewResults:
     """The arrays a probe's commands returned that lie nowhere a replay knows (not in its arena, not
     in an input, not held): candidates for arrays made anew on every call. ``arrays[k]`` is the
     probe's, ``owner[k]`` (the statement whose call returned it, its place among that result's arrays);
-    only C-contiguous arrays that own their
-    memory qualify, so that one made with the same shape and dtype is laid out alike."""
+    only C-contiguous arrays that own their memory qualify, so that one made with the same shape and
+    dtype is laid out alike."""
 
     def __init__(self, commands: dict, places):
         self.arrays: list = []

@@ -43,6 +43,7 @@ conventions of 64-bit platforms pass alike, so a kernel is called through one ty
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import platform
@@ -326,6 +327,7 @@ def runner_ready() -> bool:
         if _loading is None:
             _loading = threading.Thread(target=_load_in_background, name="minflux native runner", daemon=True)
             _loading.start()
+            atexit.register(_loading.join)   # LLVM's state is torn down as the process ends: not under a compile
     return False
 
 

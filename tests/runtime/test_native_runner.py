@@ -138,3 +138,28 @@ def test_the_runner_loads_on_a_thread_of_its_own(monkeypatch):
     native_runner._loading.join(timeout=120)
     assert native_runner.runner_ready() is True and native_runner._runner is not None
     assert native_runner.function_address(native_runner._runner) == native_runner.function_address(loaded)
+
+
+def test_a_process_that_ends_while_the_runner_compiles_waits_for_it_and_keeps_it(tmp_path):
+    """LLVM's own state is torn down as a process ends; a compile still running on its thread then
+    could crash the process. The runner's compile is waited for instead, and its code saved."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MINFLUX_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", "from minflux.runtime import native_runner as n; n.runner_ready()"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert any(path.is_file() for path in tmp_path.rglob("*")), "the runner's code was not saved"
+
+
+@pytest.mark.parametrize("fn", [np.add, np.subtract, np.multiply])
+def test_int64_commands_wrap_around_as_numpy_does(fn):
+    rng = np.random.default_rng(3)
+    a = rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, size=(4, 6), dtype=np.int64)
+    b = np.concatenate([rng.integers(-9, 9, size=(4, 3)), np.full((4, 3), np.iinfo(np.int64).max)], axis=1)
+    for x, y in ((a, b), (a, b[:1]), (a, 7)):
+        out = np.empty((4, 6), np.int64)
+        run(COMMANDS[fn]((x, y), {"out": out}, np.geterr()))
+        assert out.tobytes() == fn(x, y).tobytes()

@@ -388,20 +388,34 @@ def _child(x, k):
 def put(root_args, place: tuple, value) -> None:
     """Set the value at ``place`` in place; a tuple on the way is rebuilt in its mutable parent (the
     arguments themselves are replaced only in a list of them)."""
-    parent = get(root_args, place[:-1])
+    put_into(root_args, place[:-1], [(place[-1], value)])
+
+
+def put_into(root_args, at: tuple, items: list) -> None:
+    """Set each ``(key, value)`` of ``items`` in the container or object at place ``at``, in place; a
+    tuple there is rebuilt once, in its mutable parent.
+
+    >>> args = [{"state": (1, 2, 3)}]
+    >>> put_into(args, (0, "state"), [(0, 10), (2, 30)]); args
+    [{'state': (10, 2, 30)}]
+    """
+    parent = get(root_args, at)
     if isinstance(parent, tuple):
-        items = list(parent)
-        items[place[-1]] = value
-        put(root_args, place[:-1], tuple(items) if type(parent) is tuple else type(parent)(*items))
-    elif isinstance(parent, (list, dict)):
-        parent[place[-1]] = value
-    elif isinstance(place[-1], FreeName):
-        place[-1].write(parent, value)
-    else:
-        try:
-            setattr(parent, place[-1], value)
-        except AttributeError:  # a frozen dataclass or a read-only property: the object's own dict
-            object.__setattr__(parent, place[-1], value)
+        rebuilt = list(parent)
+        for key, value in items:
+            rebuilt[key] = value
+        put(root_args, at, tuple(rebuilt) if type(parent) is tuple else type(parent)(*rebuilt))
+        return
+    for key, value in items:
+        if isinstance(parent, (list, dict)):
+            parent[key] = value
+        elif isinstance(key, FreeName):
+            key.write(parent, value)
+        else:
+            try:
+                setattr(parent, key, value)
+            except AttributeError:  # a frozen dataclass or a read-only property: the object's own dict
+                object.__setattr__(parent, key, value)
 
 
 def write_plan(places: list) -> list:
@@ -420,19 +434,11 @@ def write_plan(places: list) -> list:
 
 
 def put_planned(root_args, plan: list, values: list) -> None:
-    """`put` ``values`` where ``plan`` (`write_plan`) says, each tuple rebuilt once.
+    """`put_into` each parent of ``plan`` (`write_plan`) its ``values``.
 
     >>> args = [{"state": (1, 2, 3)}]
     >>> put_planned(args, write_plan([[(0, "state", 0)], [(0, "state", 2)]]), [10, 30]); args
     [{'state': (10, 2, 30)}]
     """
     for at, items in plan:
-        parent = get(root_args, at)
-        if len(items) > 1 and isinstance(parent, tuple):
-            rebuilt = list(parent)
-            for k, i in items:
-                rebuilt[k] = values[i]
-            put(root_args, at, tuple(rebuilt) if type(parent) is tuple else type(parent)(*rebuilt))
-        else:
-            for k, i in items:
-                put(root_args, at + (k,), values[i])
+        put_into(root_args, at, [(key, values[i]) for key, i in items])

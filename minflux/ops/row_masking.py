@@ -103,9 +103,7 @@ def _forward_command(args: tuple, kwargs: dict, errstate: dict):
     work = x.shape[1] * columns
     least = max(math.ceil(SKIP_MIN_FRACTION * x.shape[0]), -(-SKIP_MIN_WORK // work) if work else x.shape[0] + 1)
     check = native_runner.rows_check_words(keep.ctypes.data, x.shape[0], least)
-    zeros = native_runner.zero_rows_words(keep.ctypes.data, x.shape[0], (out.ctypes.data, out.strides[0]),
-                                          columns * out.itemsize)
-    both = native_runner.sequence(check, gemm, zeros)
+    both = native_runner.sequence(check, gemm, _zeros(keep, out, columns))
     return both._replace(redo=(_forward.__wrapped_operation__, (x, w, keep, columns, out)),
                          stops=(0, len(check.words)))
 
@@ -117,8 +115,7 @@ def _masked_command(args: tuple, kwargs: dict, errstate: dict):
     if not (a.__class__ is np.ndarray and a.ndim == 2 and _rows_of(out, a.shape[0]) and _flat_mask(keep, a.shape[0])
             and a.shape == out.shape and a.dtype == out.dtype and a.strides[1] == a.itemsize):
         return None
-    zeros = native_runner.zero_rows_words(keep.ctypes.data, out.shape[0], (out.ctypes.data, out.strides[0]),
-                                          columns * out.itemsize)
+    zeros = _zeros(keep, out, columns)
     if a.ctypes.data == out.ctypes.data and a.strides == out.strides:
         return zeros
     if np.may_share_memory(a, out):
@@ -126,6 +123,12 @@ def _masked_command(args: tuple, kwargs: dict, errstate: dict):
     row = out.shape[1] * out.itemsize
     return native_runner.sequence(native_runner.copy_words(out.shape[0], row, (a.ctypes.data, a.strides[0]),
                                                            (out.ctypes.data, out.strides[0])), zeros)
+
+
+def _zeros(keep, out, columns: int):
+    """The command zeroing the first ``columns`` columns of ``out``'s rows that ``keep`` drops."""
+    return native_runner.zero_rows_words(keep.ctypes.data, out.shape[0], (out.ctypes.data, out.strides[0]),
+                                         columns * out.itemsize)
 
 
 def _rows_of(out, rows: int) -> bool:

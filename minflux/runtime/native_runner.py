@@ -44,6 +44,7 @@ conventions of 64-bit platforms pass alike, so a kernel is called through one ty
 from __future__ import annotations
 
 import atexit
+import bisect
 import ctypes
 import os
 import platform
@@ -53,10 +54,9 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .native_runner_ir import (COPY, COPY_WORDS, GEMM, GEMM_VARIANTS, GEMM_WORDS, INTEGER_MAP, KERNEL, LOGICAL, MAP,
-                               MAP_DTYPES, MAP_INTEGERS, MAP_OPERATIONS, MAP_WORDS, MAX_KERNEL_ARGUMENTS, POWERS,
-                               POWERS_WORDS, PREDICATE, PREDICATES, ROWS_CHECK, ROWS_CHECK_WORDS, SUM, SUM_WORDS,
-                               ZERO_ROWS, ZERO_ROWS_WORDS, map_tag, runner_ir, sum_tag)
+from .native_runner_ir import (COPY, GEMM, GEMM_VARIANTS, GEMM_WORDS, KERNEL, LOGICAL, MAP, MAP_DTYPES, MAP_INTEGERS,
+                               MAP_OPERATIONS, MAX_KERNEL_ARGUMENTS, POWERS, PREDICATES, ROWS_CHECK, SUM, WORDS_FROM,
+                               ZERO_ROWS, map_tag, runner_ir, sum_tag)
 
 __all__ = ["COPY", "Command", "GEMM", "GEMM_VARIANTS", "KERNEL", "LOGICAL", "MAP", "MAP_DTYPES", "MAP_INTEGERS",
            "MAP_OPERATIONS", "MAX_KERNEL_ARGUMENTS", "PREDICATES", "SUM", "command_size", "copy_words", "fp_flags",
@@ -88,6 +88,7 @@ class Command(NamedTuple):
 
 
 _lock = threading.Lock()
+_FIRST_TAGS = [tag for tag, _ in WORDS_FROM]
 
 # <fenv.h>'s FE_INVALID, FE_DIVBYZERO, FE_OVERFLOW, FE_UNDERFLOW (glibc) by machine
 _FE_FLAGS = {"x86_64": (0x01, 0x04, 0x08, 0x10), "AMD64": (0x01, 0x04, 0x08, 0x10),
@@ -241,15 +242,7 @@ def command_size(program: np.ndarray, at: int) -> int:
     tag = int(program[at])
     if tag == KERNEL:
         return 3 + int(program[at + 2])
-    if tag < COPY:
-        return GEMM_WORDS
-    if tag == COPY:
-        return COPY_WORDS
-    if tag >= PREDICATE:
-        return MAP_WORDS
-    if tag >= POWERS:
-        return ROWS_CHECK_WORDS if tag == ROWS_CHECK else ZERO_ROWS_WORDS if tag == ZERO_ROWS else POWERS_WORDS
-    return MAP_WORDS if tag < SUM or tag >= INTEGER_MAP else SUM_WORDS
+    return WORDS_FROM[bisect.bisect_right(_FIRST_TAGS, tag) - 1][1]
 
 
 # -- numpy's own BLAS ----------------------------------------------------------------------------------

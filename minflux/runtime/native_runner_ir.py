@@ -14,7 +14,7 @@ import numpy as np
 __all__ = ["COPY", "COPY_WORDS", "GEMM", "GEMM_VARIANTS", "GEMM_WORDS", "INTEGER_MAP", "KERNEL", "MAP",
            "MAP_DTYPES", "MAP_INTEGERS", "MAP_OPERATIONS", "MAP_WORDS", "MAX_KERNEL_ARGUMENTS", "POWERS",
            "LOGICAL", "LOGICAL_MAP", "POWERS_WORDS", "PREDICATE", "PREDICATES", "ROWS_CHECK", "ROWS_CHECK_WORDS", "SUM",
-           "SUM_WORDS", "ZERO_ROWS", "ZERO_ROWS_WORDS",
+           "SUM_WORDS", "WORDS_FROM", "ZERO_ROWS", "ZERO_ROWS_WORDS",
            "map_tag", "runner_ir", "sum_tag"]
 
 KERNEL, GEMM, COPY, MAP = 0, 1, 5, 6
@@ -40,7 +40,13 @@ LOGICAL = (("or", np.logical_or), ("and", np.logical_and))
 """Logical operations of booleans (`MAP_WORDS` commands from ``LOGICAL_MAP``)."""
 PREDICATE = ZERO_ROWS + 1
 LOGICAL_MAP = PREDICATE + len(PREDICATES) * len(MAP_DTYPES) * 4
+_PREDICATE_AT = {fn: i for i, (_, fn) in enumerate(PREDICATES)}
+_LOGICAL_AT = {fn: i for i, (_, fn) in enumerate(LOGICAL)}
 GEMM_WORDS, MAP_WORDS, COPY_WORDS, SUM_WORDS, POWERS_WORDS, ROWS_CHECK_WORDS, ZERO_ROWS_WORDS = 14, 11, 8, 9, 6, 5, 7
+WORDS_FROM = ((GEMM, GEMM_WORDS), (COPY, COPY_WORDS), (MAP, MAP_WORDS), (SUM, SUM_WORDS),
+              (INTEGER_MAP, MAP_WORDS), (POWERS, POWERS_WORDS), (ROWS_CHECK, ROWS_CHECK_WORDS),
+              (ZERO_ROWS, ZERO_ROWS_WORDS), (PREDICATE, MAP_WORDS))
+"""(first tag, words of each command of the tags from there on), by tag: every command but a kernel."""
 MAX_KERNEL_ARGUMENTS = 96
 """The most arguments a kernel command may pass (the widest elementwise kernels stay Python calls)."""
 _ROW_MAJOR = 101
@@ -54,11 +60,10 @@ def map_tag(op: int, dtype, pattern: int) -> int:
     (6, 13, True)
     """
     dtype = np.dtype(dtype)
-    if op.__class__ is np.ufunc:
-        predicates, logical = [fn for _, fn in PREDICATES], [fn for _, fn in LOGICAL]
-        if op in logical:
-            return LOGICAL_MAP + logical.index(op) * 4 + pattern
-        return PREDICATE + (predicates.index(op) * len(MAP_DTYPES) + MAP_DTYPES.index(dtype)) * 4 + pattern
+    if op in _LOGICAL_AT:
+        return LOGICAL_MAP + _LOGICAL_AT[op] * 4 + pattern
+    if op in _PREDICATE_AT:
+        return PREDICATE + (_PREDICATE_AT[op] * len(MAP_DTYPES) + MAP_DTYPES.index(dtype)) * 4 + pattern
     if dtype in MAP_INTEGERS:
         return INTEGER_MAP + (op * len(MAP_INTEGERS) + MAP_INTEGERS.index(dtype)) * 4 + pattern
     return MAP + (op * len(MAP_DTYPES) + MAP_DTYPES.index(dtype)) * 4 + pattern
@@ -166,12 +171,12 @@ def _map_block(op, dtype, pattern: int) -> tuple[list, list, list]:
     """``out = a <op> b`` over rows of columns (`map_tag`); ``pattern``'s bits: a, b read one element per
     row."""
     scalar, code = _SCALARS[dtype.str[1:]], dtype.str[1:]
-    if op in (np.not_equal, np.equal):
-        predicate = PREDICATES[[fn for _, fn in PREDICATES].index(op)][0]
+    if op in _PREDICATE_AT:
+        predicate = PREDICATES[_PREDICATE_AT[op]][0]
         name, out, lines = f"q{op.__name__}.{code}.{pattern}", "i8", [
             "  {z}.i1 = " + predicate + " " + scalar + " {x}, {y}", "  {z} = zext i1 {z}.i1 to i8"]
-    elif op in (np.logical_or, np.logical_and):
-        instruction = LOGICAL[[fn for _, fn in LOGICAL].index(op)][0]
+    elif op in _LOGICAL_AT:
+        instruction = LOGICAL[_LOGICAL_AT[op]][0]
         name, out, lines = f"l{op.__name__}.{pattern}", "i8", [
             "  {z}.both = " + instruction + " i8 {x}, {y}", "  {z}.i1 = icmp ne i8 {z}.both, 0",
             "  {z} = zext i1 {z}.i1 to i8"]
@@ -329,20 +334,6 @@ def _powers_block(d: int) -> tuple[list, list, list]:
     return [(POWERS + d, name)], lines, [_next(name, POWERS_WORDS, lines, f"{name}.store")]
 
 
-def _masked_rows(name: str, keep: str, rows: str, body: list, lines: list) -> None:
-    """A loop over ``rows`` rows (at least one) running ``body`` (lines using ``%{name}.r``) on each row
-    whose byte in ``keep`` (a boolean mask) is 0."""
-    lines += [f"  %{name}.keep = inttoptr i64 {keep} to ptr", f"  br label %{name}.row", f"{name}.row:",
-              f"  %{name}.r = phi i64 [0, %{name}], [%{name}.r.next, %{name}.row.end]",
-              f"  %{name}.at = getelementptr i8, ptr %{name}.keep, i64 %{name}.r", f"  %{name}.v = load i8, ptr %{name}.at",
-              f"  %{name}.drop = icmp eq i8 %{name}.v, 0",
-              f"  br i1 %{name}.drop, label %{name}.masked, label %{name}.row.end", f"{name}.masked:"]
-    lines += body
-    lines += [f"  br label %{name}.row.end", f"{name}.row.end:", f"  %{name}.r.next = add i64 %{name}.r, 1",
-              f"  %{name}.more = icmp slt i64 %{name}.r.next, {rows}",
-              f"  br i1 %{name}.more, label %{name}.row, label %{name}.end", f"{name}.end:"]
-
-
 def _rows_check_block() -> tuple[list, list, list]:
     """Count the rows of a boolean mask that are 0; where they are at least a given number, stop."""
     lines = ["rc:"]
@@ -364,10 +355,15 @@ def _zero_rows_block() -> tuple[list, list, list]:
     """Zero the first bytes of each row whose byte in a boolean mask is 0."""
     lines = ["zr:"]
     keep, rows, out, stride, size = (_word("%pc", 2 + i, f"zr.w{i}", lines) for i in range(5))
-    body: list = []
-    row = _row_address("zr.o", "%zr.r", out, stride, body)
-    body.append(f"  call void @llvm.memset.p0.i64(ptr {row}, i8 0, i64 {size}, i1 false)")
-    _masked_rows("zr", keep, rows, body, lines)
+    lines += [f"  %zr.keep = inttoptr i64 {keep} to ptr", "  br label %zr.row", "zr.row:",
+              "  %zr.r = phi i64 [0, %zr], [%zr.r.next, %zr.row.end]",
+              "  %zr.at = getelementptr i8, ptr %zr.keep, i64 %zr.r", "  %zr.v = load i8, ptr %zr.at",
+              "  %zr.drop = icmp eq i8 %zr.v, 0", "  br i1 %zr.drop, label %zr.masked, label %zr.row.end",
+              "zr.masked:"]
+    row = _row_address("zr.o", "%zr.r", out, stride, lines)
+    lines += [f"  call void @llvm.memset.p0.i64(ptr {row}, i8 0, i64 {size}, i1 false)", "  br label %zr.row.end",
+              "zr.row.end:", "  %zr.r.next = add i64 %zr.r, 1", f"  %zr.more = icmp slt i64 %zr.r.next, {rows}",
+              "  br i1 %zr.more, label %zr.row, label %zr.end", "zr.end:"]
     return [(ZERO_ROWS, "zr")], lines, [_next("zr", ZERO_ROWS_WORDS, lines)]
 
 

@@ -63,8 +63,8 @@ def _map_command(op):
     """The command maker of ``MAP_OPERATIONS[op]``, or of ``op`` itself, a ufunc of `PREDICATES` (floats
     compared into booleans) or `LOGICAL` (of booleans)."""
     fn = op if op.__class__ is np.ufunc else native_runner.MAP_OPERATIONS[op][1]
-    logical = fn in (np.logical_or, np.logical_and)
-    boolean = logical or fn in (np.not_equal, np.equal)
+    logical = any(fn is f for _, f in native_runner.LOGICAL)
+    boolean = logical or any(fn is f for _, f in native_runner.PREDICATES)
 
     def command(args: tuple, kwargs: dict, errstate: dict) -> Command | None:
         out = kwargs.get("out", args[2] if len(args) == 3 else None)

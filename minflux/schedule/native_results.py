@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime.pointers import pointers
+from .native_probe import _arrays
 
 __all__ = ["NewResults", "filled", "marks", "rendered"]
 
@@ -115,9 +116,3 @@ def marks(template) -> list:
     if template.__class__ is list or template.__class__ is tuple:
         return [k for t in template for k in marks(t)]
     return []
-
-
-def _arrays(x) -> list:
-    if x.__class__ is list or x.__class__ is tuple:
-        return [a for item in x for a in _arrays(item)]
-    return [x] if x.__class__ is np.ndarray else []

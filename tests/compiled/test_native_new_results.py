@@ -14,7 +14,7 @@ import pytest
 import minflux as mf
 from minflux.runtime import native_runner
 from tests.compiled.test_models_compiled import CALLS, bits, trained_to_eagers_bits
-from tests.compiled.test_native_replay import compile_after_five_replays, native_form  # noqa: F401
+from tests.compiled.test_native_replay import AddFromACell, compile_after_five_replays, native_form  # noqa: F401
 
 
 @mf.elementwise
@@ -65,8 +65,9 @@ def test_new_results_of_a_launch_that_stays_python_are_its_own_beside_a_commands
 
 
 class PairFromACell:
-    """``[x + s, 2 x]`` into new arrays (or ``out=``), whose command reads ``s`` from a cell the replay
-    writes on each call and declines a negative ``s``, as a kernel declines a scalar of another type."""
+    """``[x + s, 2 x]`` into new arrays (or ``out=``): its command is `AddFromACell`'s (``s`` from a cell
+    the replay writes on each call, a negative ``s`` declined, as a kernel declines a scalar of another
+    type) followed by the doubling."""
 
     __name__ = "pair_from_a_cell"
     fills_new_results = True
@@ -76,23 +77,14 @@ class PairFromACell:
         return [np.add(x, s, out=out[0]), np.multiply(x, 2.0, out=out[1])]
 
     def native_command(self, args, kwargs, errstate):
-        (x, s), out = args, kwargs.get("out")
+        (x, _), out = args, kwargs.get("out")
         if out is None or any(o is None for o in out):
             return None
-        cell, two = np.array([s], x.dtype), np.array([2.0], x.dtype)
-
-        def write(args, kwargs):
-            if args[1] < 0:
-                return False
-            cell[0] = args[1]
-            return True
-
-        add = native_runner.map_words(0, x.dtype, 1, x.size, (x.ctypes.data, 0, 1), (cell.ctypes.data, 0, 0),
-                                      (out[0].ctypes.data, 0, 1), 0, None)
+        add = AddFromACell().native_command(args, {"out": out[0]}, errstate)
+        two = np.array([2.0], x.dtype)
         double = native_runner.map_words(2, x.dtype, 1, x.size, (x.ctypes.data, 0, 1), (two.ctypes.data, 0, 0),
                                          (out[1].ctypes.data, 0, 1), 0, None)
-        return native_runner.sequence(add, double)._replace(held=(cell, two),
-                                                            refresh=(write, lambda args, kwargs: [args[1]]))
+        return native_runner.sequence(add, double)._replace(held=(*add.held, two), refresh=add.refresh)
 
 
 pair_from_a_cell = mf.operation(PairFromACell(), results="new")

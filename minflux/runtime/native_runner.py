@@ -13,6 +13,8 @@ each, written by the builders below):
   booleans into booleans), an operand read whole or once per row;
 - `sum_words`: sums of rows or of columns, in numpy's order;
 - `copy_words`: rows of bytes copied, as a concatenation does;
+- `loop_words`: numpy's own strided loop of a ufunc (its ``tanh``, ``exp``, ``power``...), called as
+  numpy's ufunc call calls it;
 - `powers_words`: Adam's bias corrections ``1 - b ** t`` from a step count, as Python computes them;
 - `rows_check_words` and `zero_rows_words`: a row mask's count checked, its masked rows zeroed.
 
@@ -54,21 +56,23 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .native_runner_ir import (COPY, GEMM, GEMM_VARIANTS, GEMM_WORDS, KERNEL, LOGICAL, MAP, MAP_DTYPES, MAP_INTEGERS,
-                               MAP_OPERATIONS, MAX_KERNEL_ARGUMENTS, POWERS, PREDICATES, ROWS_CHECK, SUM, WORDS_FROM,
-                               ZERO_ROWS, map_tag, runner_ir, sum_tag)
+from .native_runner_ir import (COPY, GEMM, GEMM_VARIANTS, GEMM_WORDS, KERNEL, LOGICAL, LOOP, MAP, MAP_DTYPES,
+                               MAP_INTEGERS, MAP_OPERATIONS, MAX_KERNEL_ARGUMENTS, POWERS, PREDICATES, ROWS_CHECK, SUM,
+                               WORDS_FROM, ZERO_ROWS, map_tag, runner_ir, sum_tag)
 
-__all__ = ["COPY", "Command", "GEMM", "GEMM_VARIANTS", "KERNEL", "LOGICAL", "MAP", "MAP_DTYPES", "MAP_INTEGERS",
+__all__ = ["COPY", "Command", "GEMM", "GEMM_VARIANTS", "KERNEL", "LOGICAL", "LOOP", "MAP", "MAP_DTYPES", "MAP_INTEGERS",
            "MAP_OPERATIONS", "MAX_KERNEL_ARGUMENTS", "PREDICATES", "SUM", "command_size", "copy_words", "fp_flags",
-           "function_address", "gemm_words", "kernel_words", "load_runner", "map_tag", "map_words", "numpy_gemm",
-           "powers_words", "rows_check_words", "run", "runner_ready", "sequence", "sum_words", "zero_rows_words"]
+           "function_address", "gemm_words", "kernel_words", "load_runner", "loop_words", "map_tag", "map_words",
+           "numpy_gemm", "powers_words", "rows_check_words", "run", "runner_ready", "sequence", "sum_words",
+           "zero_rows_words"]
 
 
 class Command(NamedTuple):
     """One command: its ``words``, the positions of the addresses among them, and ``redo``: None, or
     (numpy function, its operands in the order of the addresses, the last its ``out``) for a command
     that computes what that call computes (checked once against its bits; done again by it where the
-    floating-point check stops the walk). ``held``: arrays the words point into, kept alive with them.
+    floating-point check stops the walk). ``held``: what the words point into (arrays, numpy's loop data),
+    kept alive with them.
     ``refresh``: None, or ``(write, reads)`` for a command that reads values from ``held`` cells (a
     numpy scalar a kernel reads has no address of its own): ``write(args, kwargs)``, called with each
     call's arguments before the command runs, writes the cells and returns False where the arguments
@@ -209,6 +213,23 @@ def zero_rows_words(keep: int, rows: int, out: tuple, size: int) -> Command:
     return Command([ZERO_ROWS, 0, keep, rows, out[0], out[1], size], (2, 4))
 
 
+def loop_words(loop: int, context: int, auxdata: int, count: int, operands: tuple, strides: tuple, flags: int,
+               redo: tuple, held: tuple = ()) -> Command:
+    """numpy's strided ``loop`` (``int loop(context, data, dimensions, strides, auxdata)``) over ``count``
+    elements of ``operands`` (addresses: the inputs, then the output) ``strides`` bytes apart, its
+    ``flags`` checked as for `map_words`; a status other than 0 stops the walk too.
+
+    >>> import ctypes
+    >>> status = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * 5)(lambda *a: 0)
+    >>> command = loop_words(function_address(status), 0, 0, 4, (10, 20), (8, 8), 0, None)
+    >>> command.words[4:], command.addresses
+    ([4, 10, 20, 0, 8, 8, 0, 0], (5, 6))
+    """
+    pad = (0,) * (3 - len(operands))
+    return Command([LOOP, loop, context, auxdata, count, *operands, *pad, *strides, *pad, flags],
+                   tuple(range(5, 5 + len(operands))), redo, held)
+
+
 def copy_words(rows: int, size: int, src: tuple, dst: tuple) -> Command:
     """``rows`` rows of ``size`` bytes copied: ``src`` and ``dst`` are (address, bytes between rows).
 
@@ -301,7 +322,7 @@ def load_runner():
     if _runner is None:
         from .kernel_loader import load_ir_kernel
 
-        _runner = load_ir_kernel(runner_ir(), "minflux_run", 1, generator="native_runner 3", private=True).call
+        _runner = load_ir_kernel(runner_ir(), "minflux_run", 1, generator="native_runner 4", private=True).call
     return _runner
 
 

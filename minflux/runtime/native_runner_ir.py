@@ -13,9 +13,9 @@ import numpy as np
 
 __all__ = ["COPY", "COPY_WORDS", "GEMM", "GEMM_VARIANTS", "GEMM_WORDS", "INTEGER_MAP", "KERNEL", "MAP",
            "MAP_DTYPES", "MAP_INTEGERS", "MAP_OPERATIONS", "MAP_WORDS", "MAX_KERNEL_ARGUMENTS", "POWERS",
-           "LOGICAL", "LOGICAL_MAP", "POWERS_WORDS", "PREDICATE", "PREDICATES", "ROWS_CHECK", "ROWS_CHECK_WORDS", "SUM",
-           "SUM_WORDS", "WORDS_FROM", "ZERO_ROWS", "ZERO_ROWS_WORDS",
-           "map_tag", "runner_ir", "sum_tag"]
+           "LOGICAL", "LOGICAL_MAP", "LOOP", "LOOP_WORDS", "POWERS_WORDS", "PREDICATE", "PREDICATES", "ROWS_CHECK",
+           "ROWS_CHECK_WORDS", "SUM", "SUM_WORDS", "WORDS_FROM", "ZERO_ROWS", "ZERO_ROWS_WORDS", "map_tag", "runner_ir",
+           "sum_tag"]
 
 KERNEL, GEMM, COPY, MAP = 0, 1, 5, 6
 GEMM_VARIANTS = ((np.dtype(np.float32), 32), (np.dtype(np.float32), 64),
@@ -40,12 +40,15 @@ LOGICAL = (("or", np.logical_or), ("and", np.logical_and))
 """Logical operations of booleans (`MAP_WORDS` commands from ``LOGICAL_MAP``)."""
 PREDICATE = ZERO_ROWS + 1
 LOGICAL_MAP = PREDICATE + len(PREDICATES) * len(MAP_DTYPES) * 4
+LOOP = LOGICAL_MAP + len(LOGICAL) * 4
+"""A call of numpy's own strided loop of a ufunc (`loop_words`), as numpy's ufunc call makes it."""
 _PREDICATE_AT = {fn: i for i, (_, fn) in enumerate(PREDICATES)}
 _LOGICAL_AT = {fn: i for i, (_, fn) in enumerate(LOGICAL)}
-GEMM_WORDS, MAP_WORDS, COPY_WORDS, SUM_WORDS, POWERS_WORDS, ROWS_CHECK_WORDS, ZERO_ROWS_WORDS = 14, 11, 8, 9, 6, 5, 7
+GEMM_WORDS, MAP_WORDS, COPY_WORDS, SUM_WORDS, POWERS_WORDS, ROWS_CHECK_WORDS, ZERO_ROWS_WORDS, LOOP_WORDS = \
+    14, 11, 8, 9, 6, 5, 7, 12
 WORDS_FROM = ((GEMM, GEMM_WORDS), (COPY, COPY_WORDS), (MAP, MAP_WORDS), (SUM, SUM_WORDS),
               (INTEGER_MAP, MAP_WORDS), (POWERS, POWERS_WORDS), (ROWS_CHECK, ROWS_CHECK_WORDS),
-              (ZERO_ROWS, ZERO_ROWS_WORDS), (PREDICATE, MAP_WORDS))
+              (ZERO_ROWS, ZERO_ROWS_WORDS), (PREDICATE, MAP_WORDS), (LOOP, LOOP_WORDS))
 """(first tag, words of each command of the tags from there on), by tag: every command but a kernel."""
 MAX_KERNEL_ARGUMENTS = 96
 """The most arguments a kernel command may pass (the widest elementwise kernels stay Python calls)."""
@@ -367,6 +370,28 @@ def _zero_rows_block() -> tuple[list, list, list]:
     return [(ZERO_ROWS, "zr")], lines, [_next("zr", ZERO_ROWS_WORDS, lines)]
 
 
+def _loop_block() -> tuple[list, list, list]:
+    """``status = loop(context, data, &count, strides, auxdata)``: numpy's strided loop of a ufunc,
+    called as numpy calls it (its words hold ``count``, then the operands' addresses, then their
+    strides: the arrays it reads); a status other than 0 stops the walk."""
+    lines = ["u:"]
+    context, auxdata = (_word("%pc", 2 + i, f"u.w{i}", lines) for i in range(2))
+    flags = _word("%pc", 11, "u.flags.word", lines)
+    pointers = []
+    for name, at in (("context", context), ("auxdata", auxdata)):
+        lines.append(f"  %u.{name} = inttoptr i64 {at} to ptr")
+    for name, offset in (("count", 4), ("data", 5), ("strides", 8)):
+        lines += [f"  %u.{name}.at = add i64 %pc, {offset}",
+                  f"  %u.{name} = getelementptr i64, ptr %p, i64 %u.{name}.at"]
+        pointers.append(f"ptr %u.{name}")
+    count, data, strides = pointers
+    _checked("u.f", flags, [
+        f"  %u.status = call i32 %fn(ptr %u.context, {data}, {count}, {strides}, ptr %u.auxdata)",
+        "  %u.failed = icmp ne i32 %u.status, 0", "  br i1 %u.failed, label %u.stop, label %u.ran",
+        "u.stop:", "  store i64 %pc, ptr %p", "  ret void", "u.ran:"], lines)
+    return [(LOOP, "u")], lines, [_next("u", LOOP_WORDS, lines, "u.f.end")]
+
+
 def _copy_block() -> tuple[list, list, list]:
     lines = ["copy:"]
     rows, size, src, src_rows, dst, dst_rows = (_word("%pc", 2 + i, f"copy.w{i}", lines) for i in range(6))
@@ -388,7 +413,7 @@ def runner_ir() -> str:
               *(_map_block(op, np.dtype(bool), pattern) for _, op in LOGICAL for pattern in range(4)),
               *(_sum_block(by_columns, d) for by_columns in (False, True) for d in range(len(MAP_DTYPES))),
               *(_powers_block(d) for d in range(len(MAP_DTYPES))), _rows_check_block(), _zero_rows_block(),
-              _copy_block()]
+              _loop_block(), _copy_block()]
     cases = " ".join(f"i64 {tag}, label %{label}" for block in blocks for tag, label in block[0])
     exits = ", ".join(f"[{value}, {label}]" for block in blocks for value, label in block[2])
     lines = ["declare i32 @feclearexcept(i32)", "declare i32 @fetestexcept(i32)",

@@ -22,11 +22,12 @@ __all__ = ["Places"]
 
 
 class Places:
-    """Where an address lies: in memory that stays put (the arena, an array the statements hold as a
-    constant), or at an offset into exactly one input."""
+    """Where an address lies: in memory that stays put (the arena, an array the statements or the
+    commands hold: ``held`` may hold other objects too), or at an offset into exactly one input."""
 
     def __init__(self, arena: np.ndarray, inputs: list, statements: list, held: list):
-        held = [arena, *held, *(p for st in statements for p in st.params if p.__class__ is np.ndarray)]
+        held = [arena, *(h for h in held if h.__class__ is np.ndarray),
+                *(p for st in statements for p in st.params if p.__class__ is np.ndarray)]
         spans = sorted((p, p + a.nbytes) for a, p in zip(held, pointers(held)) if a.nbytes)
         self.fixed = []   # sorted, disjoint (low, high)
         for low, high in spans:

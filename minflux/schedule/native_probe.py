@@ -15,15 +15,17 @@ import warnings
 import numpy as np
 
 from ..runtime import native_runner
+from .native_loops import loop_command
 from .native_numpy import COMMANDS
 
 __all__ = ["Probe", "command_of"]
 
 def command_of(fn):
-    """The function giving a call of ``fn``'s native command, or None.
+    """The function giving a call of ``fn``'s native command, or None: its own, one of `COMMANDS`, or
+    for any other ufunc numpy's own loop (`loop_command`).
 
-    >>> command_of(np.add) is COMMANDS[np.add], command_of(print)
-    (True, None)
+    >>> command_of(np.add) is COMMANDS[np.add], command_of(np.tanh) is loop_command(np.tanh), command_of(print)
+    (True, True, None)
     """
     found = getattr(fn, "native_command", None)
     if found is None:
@@ -31,6 +33,8 @@ def command_of(fn):
             found = COMMANDS.get(fn)
         except TypeError:   # an unhashable callable
             return None
+        if found is None and fn.__class__ is np.ufunc:
+            found = loop_command(fn)
     return found
 
 

@@ -1,0 +1,73 @@
+"""ufuncs in a native replay as numpy's own loops: ``np.tanh``, ``np.exp``, ``np.power``... run by the
+native runner with numpy's bits and numpy's floating-point checks. Each test runs 72 calls against the
+eager function, bit for bit."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minflux as mf
+from tests.compiled.test_models_compiled import CALLS, bits
+from tests.compiled.test_native_copies import odd_values, python_calls_of
+from tests.compiled.test_native_replay import compile_after_five_replays, native_form, with_warnings  # noqa: F401
+
+LOOPED = (np.tanh, np.exp, np.log, np.power, np.maximum, np.arctan2, np.greater, np.sqrt)
+
+
+def elementwise(x, y):
+    a = np.tanh(np.multiply(x, 1.0))
+    b = np.exp(np.log(np.maximum(a, y)))          # into planned buffers, NaNs and zeros of both signs
+    c = np.arctan2(np.power(b, 2), np.power(x, np.float32(0.5) if x.dtype == np.float32 else 0.5))
+    np.sqrt(c, out=c)                              # in place, into the array the step returns
+    return a, c, np.greater(c, 0.25)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_ufuncs_run_as_numpys_loops_and_equal_eager_for_72_calls(dtype):
+    rng = np.random.default_rng(81)
+    step = mf.compile(elementwise)
+    with np.errstate(all="ignore"):
+        for k in range(CALLS):
+            x, y = odd_values(rng, (6, 5), dtype), odd_values(rng, (6, 5), dtype)
+            assert [bits(a) for a in step(x, y)] == [bits(a) for a in elementwise(x, y)], f"call {k}"
+    form = native_form(step)
+    assert {fn.__name__: python_calls_of(form, fn) for fn in LOOPED} == {fn.__name__: 0 for fn in LOOPED}
+
+
+def exponent(x):
+    return np.exp(np.multiply(x, 1.0))
+
+
+@pytest.mark.parametrize("mode", ["raise", "warn"])
+def test_a_loop_whose_check_fails_is_done_again_by_numpy_which_raises_or_warns(mode):
+    """Overflow in ``exp`` on some calls: the runner stops there and numpy's call raises, or warns and
+    gives its values, as the eager function does on the same call."""
+    rng = np.random.default_rng(82)
+    step = mf.compile(exponent)
+    with np.errstate(over=mode):
+        for k in range(CALLS):
+            x = rng.normal(size=(3, 4)).astype(np.float32) * (200.0 if k % 9 == 8 else 1.0)
+            overflows = bool(np.any(x > 88.7))
+            if mode == "raise" and overflows:
+                with pytest.raises(FloatingPointError):
+                    exponent(x)
+                with pytest.raises(FloatingPointError):
+                    step(x)
+                continue
+            (want, eager_warnings), (got, compiled_warnings) = with_warnings(exponent, x), with_warnings(step, x)
+            assert bits(got) == bits(want), f"call {k}"
+            assert compiled_warnings == eager_warnings, f"call {k}"
+    assert python_calls_of(native_form(step), np.exp) == 0
+
+
+def broadcast_row(x, row):
+    return np.maximum(np.multiply(x, 1.0), row)
+
+
+def test_a_call_numpy_iterates_otherwise_stays_python_and_equals_eager():
+    rng = np.random.default_rng(83)
+    step = mf.compile(broadcast_row)
+    for k in range(CALLS):
+        x, row = rng.normal(size=(4, 6)), rng.normal(size=6)
+        assert bits(step(x, row)) == bits(broadcast_row(x, row)), f"call {k}"
+    assert python_calls_of(native_form(step), np.maximum) == 1

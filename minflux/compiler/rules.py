@@ -169,6 +169,21 @@ def _step(m, c):
     return m.where(c, 1.0, 0.0)
 
 
+def _power_base_partial(m, a, b):
+    """d/da a**b = b a**(b - 1), and 0 where b is 0. For a constant exponent other than 0 the choice
+    is made now: the product itself, the values and float dtype ``where`` would copy it into.
+
+    >>> import numpy as np
+    >>> _power_base_partial(ArrayMath(np), np.array([3.0]), 2), _power_base_partial(ArrayMath(np), 3.0, np.zeros(1))
+    (array([6.]), array([0.]))
+    """
+    if (b.__class__ is int or b.__class__ is float) and b != 0:
+        partial = b * a ** (b - 1)
+        if getattr(partial, "dtype", None) is not None and partial.dtype.kind == "f":
+            return partial
+    return m.where(b == 0, 0.0, b * a ** (b - 1))
+
+
 def _off_origin(m, denominator, numerator):
     """``numerator / denominator``, and 0 where the denominator is 0 (the origin of hypot, atan2)."""
     return m.where(denominator > 0, numerator / denominator, 0.0)
@@ -187,8 +202,7 @@ define("multiply", lambda xp, a, b: a * b, lambda m, a, b, y: b, lambda m, a, b,
        cuda="({0} * {1})", cuda_int=_WRAP % "*")
 define("divide", lambda xp, a, b: a / b, lambda m, a, b, y: 1 / b, lambda m, a, b, y: -y / b, cost=2.5,
        llvm="fdiv {t} {0}, {1}", numba="({0} / {1})", cuda="({0} / {1})", cuda_fast32="__fdividef({0}, {1})")
-define("power", lambda xp, a, b: a ** b,
-       lambda m, a, b, y: m.where(b == 0, 0.0, b * a ** (b - 1)),
+define("power", lambda xp, a, b: a ** b, lambda m, a, b, y: _power_base_partial(m, a, b),
        lambda m, a, b, y: m.where(a > 0, y * m.log(m.where(a > 0, a, 1.0)), 0.0),
        doc="d/db a**b = a**b log a for a > 0 and 0 otherwise", cost=220.0,
        llvm="call {t} @llvm.pow.{tag}({t} {0}, {t} {1})", numba="_F({0} ** {1})", cuda="pow{s}({0}, {1})")

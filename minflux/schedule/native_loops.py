@@ -80,9 +80,11 @@ def _layout(arrays: list, out: np.ndarray) -> tuple | None:
     ``out``, or None where it would not take it."""
     strides, shape = [], out.shape
     for x in (*arrays, out):
+        if x is not None and not x.flags.aligned:
+            return None
         if x is None or x.ndim == 0 and x is not out:
             strides.append(0)
-        elif x.shape != shape or not x.flags.aligned:
+        elif x.shape != shape:
             return None
         elif x.ndim == 1:
             if x.strides[0] < 0:

@@ -7,9 +7,11 @@ low-level access to its loops), and the runner calls that loop as numpy's ufunc 
 path: once, over every element, for inputs that are 0-d or of the output's shape, contiguous where they
 have more than one axis, aligned, of the dtypes numpy resolves for the call (a Python number or a numpy
 scalar among them cast once, as numpy casts it), into an ``out`` of the resolved dtype that is one of
-the inputs exactly or overlaps none. A call numpy would iterate otherwise stays a Python call. The
-floating-point flags numpy's error state acts on are checked as for the runner's own arithmetic: where
-one was raised, the walk stops and numpy does the call again, which raises or warns.
+the inputs exactly or overlaps none; of floats and booleans only (numpy's integer loops may raise a
+Python error from inside, as ``power`` of a negative exponent does). A call numpy would iterate
+otherwise stays a Python call. The floating-point flags numpy's error state acts on are checked as for
+the runner's own arithmetic: where one was raised, the walk stops and numpy does the call again, which
+raises or warns.
 
 >>> import numpy as np
 >>> x, out = np.linspace(-1.0, 1.0, 5, dtype=np.float32), np.empty(5, np.float32)
@@ -121,7 +123,7 @@ def loop_command(ufunc: np.ufunc):
         if found is None:
             return None
         resolved, loop, context, auxdata, checks, capsule = found
-        if resolved[-1] != out.dtype:
+        if resolved[-1] != out.dtype or any(d.kind not in "fb" for d in resolved):
             return None
         operands, held = [], [capsule]
         for x, dtype in zip(inputs, resolved):

@@ -54,7 +54,7 @@ def test_in_place_when_the_output_is_an_input_exactly():
 
 
 @pytest.mark.parametrize("case", ["row broadcast", "column slice", "reversed", "overlap", "cast", "where", "dtype",
-                                  "wide number", "two outputs", "unaligned"])
+                                  "wide number", "two outputs", "unaligned", "integers"])
 def test_a_call_numpy_would_iterate_otherwise_is_no_command(case):
     x, row = np.ones((4, 6), np.float32), np.ones(6, np.float32)
     out = np.empty((4, 6), np.float32)
@@ -67,7 +67,8 @@ def test_a_call_numpy_would_iterate_otherwise_is_no_command(case):
              "dtype": (np.tanh, (x,), {"out": out, "dtype": np.float64}),
              "wide number": (np.add, (np.ones(3, np.int8), 300), {"out": np.empty(3, np.int8)}),
              "two outputs": (np.divmod, (x, x), {"out": (out, out.copy())}),
-             "unaligned": (np.tanh, (np.zeros(25, np.uint8)[1:].view(np.float32),), {"out": row})}
+             "unaligned": (np.tanh, (np.zeros(25, np.uint8)[1:].view(np.float32),), {"out": row}),
+             "integers": (np.power, (np.arange(3), -1), {"out": np.empty(3, np.int64)})}
     fn, args, kwargs = calls[case]
     make = loop_command(fn)
     assert make is None or make(args, kwargs, np.geterr()) is None

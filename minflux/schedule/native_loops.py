@@ -81,10 +81,10 @@ def _layout(arrays: list, out: np.ndarray) -> tuple | None:
     """The fixed byte strides numpy's fast path gives the inputs ``arrays`` (None for a constant) and
     ``out``, or None where it would not take it."""
     strides, shape = [], out.shape
-    for x in (*arrays, out):
+    for k, x in enumerate((*arrays, out)):
         if x is not None and not x.flags.aligned:
             return None
-        if x is None or x.ndim == 0 and x is not out:
+        if x is None or x.ndim == 0 and k < len(arrays):
             strides.append(0)
         elif x.shape != shape:
             return None

@@ -45,12 +45,15 @@ def test_numbers_and_strided_vectors_as_numpys_fast_path_takes_them(fn, args):
     assert out.tobytes() == want.tobytes()
 
 
-def test_in_place_when_the_output_is_an_input_exactly():
-    x = special_values(np.random.default_rng(5), (4, 6), np.float64)
-    want = np.exp(x)
+@pytest.mark.parametrize("shape", [(4, 6), ()])
+def test_in_place_when_the_output_is_an_input_exactly(shape):
+    x = np.array(special_values(np.random.default_rng(5), shape, np.float64) + 0.5)
     with np.errstate(all="ignore"):
-        run(loop_command(np.exp)((x,), {"out": x}, np.geterr()))
+        want = np.exp(x)
+        command = loop_command(np.exp)((x,), {"out": x}, np.geterr())
+        run(command)
     assert x.tobytes() == want.tobytes()
+    assert command.words[8:10] == ([0, 8] if shape == () else [8, 8])   # numpy's strides: a 0-d input's is 0
 
 
 @pytest.mark.parametrize("case", ["row broadcast", "column slice", "reversed", "overlap", "cast", "where", "dtype",

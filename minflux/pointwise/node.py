@@ -176,6 +176,7 @@ def _new_sums_command(args: tuple, kwargs: dict, errstate: dict):
 # what a recording calls
 _product_into_partial.__wrapped_operation__.native_command = _product_command
 _annihilating_product.__wrapped_operation__.native_command = _annihilating_command
+_annihilating_product.__wrapped_operation__.fills_new_results = True   # a new array, when no out= is given
 _gradient_sums_into_partials.__wrapped_operation__.native_command = _into_partials_command
 _new_gradient_sums.__wrapped_operation__.native_command = _new_sums_command
 # whether they return views of their arguments or new arrays depends on the arguments' layouts and

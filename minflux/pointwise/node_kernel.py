@@ -57,8 +57,8 @@ def walk(grads: list, partials: list, written: list, rows: bool = True) -> Walk 
     """How one kernel walks ``grads`` (the node's output gradients, of one shape), ``partials``
     (broadcast to it) and ``written`` (arrays of that shape the sums go into), or None where it
     cannot: other types or dtypes, a layout that is not rows of elements (or of one element
-    broadcast) a fixed stride apart, or not flat unless ``rows``. A gradient broadcast from fewer
-    elements (the seed of a sum, which multiplies nothing) is left to the caller's path.
+    broadcast) a fixed stride apart, or not flat unless ``rows``. Gradients and partials are only
+    read, so they may be broadcast (a mean's gradient); the arrays written may not.
 
     >>> g = np.ones((4, 6))[:, :3]
     >>> walk([g], [np.ones((4, 1))], [np.empty((4, 3))])
@@ -83,9 +83,9 @@ def walk(grads: list, partials: list, written: list, rows: bool = True) -> Walk 
     laid = [(inner, 1) if a.shape == shape and a.flags.c_contiguous else _rows_of(a, shape) for a in arrays]
     if None in laid:
         return None
-    for stride, step in (*laid[:len(grads)], *laid[len(arrays) - len(written):]):
+    for stride, step in laid[len(arrays) - len(written):]:
         if step != 1 and inner > 1 or stride < inner and total > inner:
-            return None   # a sum's rows must not overlap; a broadcast gradient (the seed) needs no pass
+            return None   # a sum's rows must not overlap
     return Walk(total // inner if inner else 0, inner, total, tuple(r for r, _ in laid), tuple(s for _, s in laid))
 
 

@@ -156,7 +156,7 @@ class NativeForm:
         n = len(inputs)
         words = [-1]
         patches: list = []          # (word, input, offset)
-        self._redo: dict = {}       # the first word of a checked command -> (numpy call, operands, end word)
+        self._redo: dict = {}       # a checked command's word -> (numpy call, operands, end word, error state)
         natives: dict = {}          # statement -> (first word, end word, its result as a statement or None)
         work: dict = {}             # statement -> (its multiply-adds, the words of its row shares)
         refreshes: dict = {}        # statement -> the statement writing its command's cells
@@ -197,7 +197,7 @@ class NativeForm:
                 words.extend(share)
             if redo is not None:
                 again = (command.redo[0], [x._replace(word=first + x.word) if x.__class__ is _At else x for x in redo],
-                         len(words))
+                         len(words), probe.errstates[index])
                 self._redo.update((first + at, again) for at in command.stops)
             if marks(template):
                 result = _Moving(len(templates))
@@ -272,6 +272,7 @@ class NativeForm:
                   accesses) -> tuple[list, int]:
         needed = set(outputs)
         keep = [False] * len(statements)
+        python_after = False   # a Python call between this statement and the next that sets numpy's error state
         for index in range(len(statements) - 1, -1, -1):
             st = statements[index]
             if index in natives:
@@ -279,10 +280,14 @@ class NativeForm:
                 keep[index] = stub is not None and not needed.isdisjoint(st.writes)
                 if index in refreshes:
                     needed.update(st.reads)
+                    python_after = True
+            elif _callee(st) is np.seterr:
+                keep[index], python_after = python_after, False   # its state read by commands alone: left out
             else:
                 keep[index] = not (_is_view(st) and needed.isdisjoint(st.writes))
                 if keep[index]:
                     needed.update(st.reads)
+                    python_after = True
         result, segment, stubs, n_segments, members = [], None, [], 0, []
 
         def close():
@@ -349,9 +354,10 @@ class NativeForm:
             if stopped < 0:
                 return
             program[0] = -1
-            fn, operands, first = self._redo[stopped]
+            fn, operands, first, errstate = self._redo[stopped]
             *args, out = [_array_at(int(program[x.word]), *x[1:]) if x.__class__ is _At else x for x in operands]
-            fn(*args, out=out)
+            with np.errstate(**errstate):   # the state at its call: the statements setting it may be left out
+                fn(*args, out=out)
             if first >= end:
                 return
 

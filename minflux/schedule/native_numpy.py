@@ -1,7 +1,8 @@
 """numpy operations of a recorded schedule as native commands: elementwise arithmetic, sums, concatenation.
 
 `COMMANDS` maps ``np.add``, ``np.subtract``, ``np.multiply``, ``np.true_divide``, ``np.positive``,
-``np.concatenate``, ``np.stack`` and ``ndarray.sum`` to the function that gives a call's
+``np.concatenate``, ``np.stack``, ``np.sum``, ``ndarray.sum``, ``np.mean`` and ``np.ones_like`` (and
+``np.zeros_like``: constant bytes copied into their new array) to the function that gives a call's
 `minflux.runtime.native_runner.Command`, or None where the call is not one the runner does as numpy
 does. Arithmetic qualifies on float32 or float64 arrays of the result's dtype (or Python numbers,
 converted to it as numpy converts them) whose elements are read whole or once per row, written into
@@ -13,10 +14,11 @@ floating-point checks are kept (`native_runner`); ``+ - *`` of int64 arrays (or 
 that fit) wrap around as numpy's do. A concatenation qualifies when every array and
 ``out`` are C-contiguous of one dtype: it is a copy of rows (a stack is the concatenation of its
 arrays, each with a new axis where it stacks them); so is ``np.positive`` of a float array with
-contiguous rows into ``out`` of its dtype (a float's unary plus changes no bit). A sum qualifies
-over the leading or the trailing axes of a C-contiguous float32 or float64 array: numpy sums across
-its inner loop in order and along it pairwise, and the runner does the same (checked once against
-numpy's bits at the probe, like the arithmetic).
+contiguous rows into ``out`` of its dtype (a float's unary plus changes no bit). A sum (``np.sum`` or
+``ndarray.sum``) qualifies over the leading or the trailing axes of a C-contiguous float32 or float64
+array, or over all of them: numpy sums across its inner loop in order and along it pairwise, and the
+runner does the same (checked once against numpy's bits at the probe, like the arithmetic); so does
+``np.mean``, that sum divided by the count.
 
 >>> import numpy as np
 >>> a, b, out = np.ones((2, 3), np.float32), np.ones(3, np.float32), np.empty((2, 3), np.float32)
@@ -157,11 +159,13 @@ def _stack_command(args: tuple, kwargs: dict, errstate: dict) -> Command | None:
 
 
 _SUM_MAX_COLUMNS = 8192   # numpy's reduction buffer: longer rows may be summed in pieces
+_DIVIDE = [fn for _, fn in native_runner.MAP_OPERATIONS].index(np.true_divide)
 
 
 def _sum_command(args: tuple, kwargs: dict, errstate: dict) -> Command | None:
-    """``a.sum(axis=..., keepdims=..., out=out)`` over the leading or the trailing axes of a C-contiguous
-    float array: its columns summed in order of the rows, or its rows pairwise."""
+    """``a.sum(axis=..., keepdims=..., out=out)`` (or ``np.sum``) over the leading or the trailing axes of
+    a C-contiguous float array: its columns summed in order of the rows, or its rows pairwise (all of
+    it as one row, from numpy's identity 0, where every axis is summed)."""
     out, axis = kwargs.get("out"), kwargs.get("axis")
     if len(args) != 1 or set(kwargs) - {"axis", "keepdims", "out"} or out.__class__ is not np.ndarray:
         return None
@@ -169,22 +173,44 @@ def _sum_command(args: tuple, kwargs: dict, errstate: dict) -> Command | None:
     if (a.__class__ is not np.ndarray or a.dtype not in MAP_DTYPES or out.dtype != a.dtype or not a.flags.c_contiguous
             or not out.flags.c_contiguous or not out.flags.writeable or np.may_share_memory(a, out)):
         return None
-    axes = sorted({x % a.ndim for x in (axis if axis.__class__ is tuple else (axis,))}) if axis is not None else []
+    axes = sorted({x % a.ndim for x in (axis if axis.__class__ is tuple else (axis,))}) if axis is not None else \
+        list(range(a.ndim))
     k = len(axes)
     if not k or axes not in (list(range(k)), list(range(a.ndim - k, a.ndim))):
         return None
-    by_columns = axes[0] == 0 and k < a.ndim
+    by_columns, whole = axes[0] == 0 and k < a.ndim, k == a.ndim
     rows, cols = (math.prod(a.shape[:k]), math.prod(a.shape[k:])) if by_columns else \
         (math.prod(a.shape[:a.ndim - k]), math.prod(a.shape[a.ndim - k:]))
     flags = native_runner.fp_flags(errstate)
-    if rows < 2 or cols < 2 or (not by_columns and cols > _SUM_MAX_COLUMNS) or flags is None or \
-            out.size != (cols if by_columns else rows):
+    if (rows < 2 or cols < 2) and not whole or (not by_columns and cols > _SUM_MAX_COLUMNS) or flags is None or \
+            out.size != (cols if by_columns else rows) or not a.size:
         return None
     pa, po = pointers([a, out])
     caller = _method_caller("sum")
     return native_runner.sum_words(by_columns, a.dtype, rows, cols, (pa, cols * a.itemsize), (po, a.itemsize), flags,
                                    (functools.partial(caller, **{n: kwargs[n] for n in ("axis", "keepdims")
                                                                  if n in kwargs}), (a, out)))
+
+
+def _mean_command(args: tuple, kwargs: dict, errstate: dict) -> Command | None:
+    """``np.mean(a, axis=..., keepdims=..., out=out)`` where `_sum_command` sums: the sum into a scratch
+    array, then divided by the count in the array's dtype. numpy divides in float64 and rounds to the
+    dtype, which for float32 is the same single rounding (float64 carries more than twice float32's
+    digits), so the bits are numpy's while the count is exact in the dtype."""
+    out = kwargs.get("out")
+    if len(args) != 1 or out.__class__ is not np.ndarray or not out.flags.c_contiguous or not out.size:
+        return None
+    scratch = np.empty(out.shape, out.dtype)
+    summed = _sum_command(args, {**kwargs, "out": scratch}, errstate)
+    count = args[0].size // out.size
+    if summed is None or count >= 2 ** (np.finfo(out.dtype).nmant + 1):
+        return None
+    held = np.array(count, out.dtype)
+    ps, pc, po = pointers([scratch, held, out])
+    divide = map_words(_DIVIDE, out.dtype, 1, out.size, (ps, 0, 1), (pc, 0, 0), (po, 0, 1), summed.words[-1], None)
+    both = sequence(summed, divide)
+    redo = functools.partial(np.mean, **{n: kwargs[n] for n in ("axis", "keepdims") if n in kwargs})
+    return both._replace(redo=(redo, (args[0], out)), held=(scratch, held), stops=(0, len(summed.words)))
 
 
 def _positive_command(args: tuple, kwargs: dict, errstate: dict) -> Command | None:
@@ -209,9 +235,29 @@ def _positive_command(args: tuple, kwargs: dict, errstate: dict) -> Command | No
     return copy_words(out.size // cols, row, (pa, laid[0]), (po, row))
 
 
+def _filled_command(value):
+    """The command maker of ``np.ones_like(x)`` (``value`` 1) or ``np.zeros_like(x)`` (0) into the
+    C-contiguous array the call made (``out``, `minflux.schedule.native_probe` gives it): the bytes of
+    that array numpy made, copied from a constant array."""
+
+    def command(args: tuple, kwargs: dict, errstate: dict) -> Command | None:
+        out = kwargs.get("out")
+        if len(args) != 1 or set(kwargs) != {"out"} or out.__class__ is not np.ndarray or \
+                not out.flags.c_contiguous or not out.nbytes:
+            return None
+        constant = np.full_like(out, value)
+        source, destination = pointers([constant, out])
+        return copy_words(1, out.nbytes, (source, 0), (destination, 0))._replace(held=(constant,))
+
+    return command
+
+
 COMMANDS = {fn: _map_command(op) for op, (_, fn) in enumerate(native_runner.MAP_OPERATIONS)}
 COMMANDS.update((fn, _map_command(fn)) for _, fn in (*native_runner.PREDICATES, *native_runner.LOGICAL))
 COMMANDS[np.positive] = _positive_command
 COMMANDS[np.concatenate] = _concatenate_command
 COMMANDS[np.stack] = _stack_command
-COMMANDS[_method_caller("sum")] = _sum_command
+COMMANDS[_method_caller("sum")] = COMMANDS[np.sum] = _sum_command
+COMMANDS[np.mean] = _mean_command
+COMMANDS[np.ones_like] = _filled_command(1)
+COMMANDS[np.zeros_like] = _filled_command(0)

@@ -11,6 +11,7 @@ planned buffer reached it) is made, after its call, for the arrays it returned
 from __future__ import annotations
 
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from ..runtime import native_runner
 from .native_loops import loop_command
 from .native_numpy import COMMANDS
 
-__all__ = ["Probe", "command_of"]
+__all__ = ["Item", "Probe", "command_of"]
 
 def command_of(fn):
     """The function giving a call of ``fn``'s native command, or None: its own, one of `COMMANDS`, or
@@ -40,7 +41,8 @@ def command_of(fn):
 
 class Probe:
     """Stands in for the callables of the statements that may become commands during one replay:
-    runs each and keeps ``commands[statement] = (its Command, its result)``; and, for an operation
+    runs each and keeps ``commands[statement] = (its Command, its result)`` (and ``errstates[statement]``,
+    numpy's error state at the call, under which its redo runs); and, for an operation
     with ``steady_results``, ``views[statement]``: the positions among its flattened arguments of the
     arrays its results are views of, or None where one is a new array.
 
@@ -51,12 +53,18 @@ class Probe:
 
     def __init__(self):
         self.commands: dict = {}
+        self.errstates: dict = {}   # statement -> numpy's error state at its call, for its redo
         self.views: dict = {}
         self.made_of: dict = {}     # statement -> its command, its call's arrays and its results' (`native_groups`)
+        self._items: dict = {}      # id of a numpy scalar a command made -> (it, the 0-d array it writes it into)
 
     def __call__(self, index: int, fn, /, *args, **kwargs):
         make, command = command_of(fn), None
         errstate = np.geterr()
+        call = (args, kwargs)
+        if self._items and make is not None and getattr(fn, "native_command", None) is None:
+            args = tuple(_in_items(args, self._items))
+            kwargs = dict(zip(kwargs, _in_items(kwargs.values(), self._items)))
         try:
             command = None if make is None else make(args, kwargs, errstate)
             scratch = None if command is None or command.redo is None else _trial(make, command, kwargs, errstate)
@@ -64,13 +72,16 @@ class Probe:
             _warn_once(f"minflux could not make a native command of {getattr(fn, '__name__', fn)!r} ({error!r}); "
                        "it stays a Python call; please report it")
             command = None
-        result = fn(*args, **kwargs)
+        result = kept = fn(*call[0], **call[1])
         if command is None and make is not None and _fills_new_results(fn):
-            command, scratch = _into_results(make, args, kwargs, result, errstate)
+            command, scratch, kept = _into_results(make, args, kwargs, result, errstate)
         if command is not None and (command.redo is None or
                                     scratch is not None and scratch.tobytes() == command.redo[1][-1].tobytes()):
-            self.commands[index] = (command, result)
-            self.made_of[index] = (command, _arrays((args, tuple(kwargs.values()))), _arrays(result))
+            self.commands[index] = (command, kept)
+            self.errstates[index] = errstate
+            if kept.__class__ is Item:
+                self._items[id(result)] = (result, kept.array)
+            self.made_of[index] = (command, _arrays((args, tuple(kwargs.values()))), _result_arrays(kept))
         if getattr(fn, "steady_results", False):
             self.views[index] = _holders(result, _leaves((args, tuple(kwargs.values()))))
         return result
@@ -79,30 +90,53 @@ class Probe:
 def _into_results(make, args: tuple, kwargs: dict, result, errstate: dict) -> tuple:
     """(the command of a call that made (some of) its results new, made for the arrays it returned as
     its ``out=``: a ufunc's array, or a list with each result it made in place of its None; what the
-    command writes on copies of its operands where it has a check to redo), or (None, None). The call
-    wrote nothing its operands hold, so they are as they were before it."""
-    given = kwargs.get("out")
+    command writes on copies of its operands where it has a check to redo; the result as the probe
+    keeps it), or (None, None, result). A numpy scalar result (a sum of every element) is kept as an
+    `Item`: the command writes it into a 0-d array. The call wrote nothing its operands hold, so they
+    are as they were before it."""
+    given, kept = kwargs.get("out"), result
     if result.__class__ is np.ndarray and given is None:
         out = result
+    elif isinstance(result, np.generic) and given is None and result.dtype.kind in "iuf":   # bools are singletons
+        out = np.empty((), result.dtype)
+        out[()] = result
+        kept = Item(out)
     elif result.__class__ is list and (given is None or given.__class__ is list and len(given) == len(result)):
         out = list(result)
     else:
-        return None, None
+        return None, None, result
     into = {**kwargs, "out": out}
     try:
         command = make(args, into, errstate)
-        return command, None if command is None or command.redo is None else _trial(make, command, into, errstate)
+        return (command, None if command is None or command.redo is None else _trial(make, command, into, errstate),
+                kept)
     except Exception as error:   # noqa: BLE001 (its call stays a Python call, as it ran)
         _warn_once(f"minflux could not make a native command of a call into its results ({error!r}); it "
                    "stays a Python call; please report it")
-        return None, None
+        return None, None, result
+
+
+class Item(NamedTuple):
+    """A call's numpy scalar result, as the 0-d ``array`` its command writes it into. A command that
+    reads that scalar (a loss divided by a count) is made to read the array: the scalar is new on every
+    call, and taken as a number it would stay the value of the probe's call."""
+
+    array: np.ndarray
+
+
+def _in_items(values, items: dict) -> list:
+    """``values`` with each numpy scalar a command made (a key of ``items``) as the array it lies in."""
+    return [items[id(v)][1] if isinstance(v, np.generic) and id(v) in items else v for v in values]
 
 
 def _fills_new_results(fn) -> bool:
     """Whether ``fn``'s command may be made for the results a call made new: a launch that says so, a
-    ufunc of one result, a concatenation or a stack."""
+    ufunc of one result, a concatenation, a stack, a sum, a mean, or ones or zeros like an array."""
     return getattr(fn, "fills_new_results", False) or fn.__class__ is np.ufunc and fn.nout == 1 or \
-        fn is np.concatenate or fn is np.stack
+        fn in _FILLING
+
+
+_FILLING = (np.concatenate, np.stack, np.sum, np.mean, np.ones_like, np.zeros_like)
 
 
 def _leaves(x) -> list:
@@ -114,6 +148,11 @@ def _leaves(x) -> list:
 
 def _arrays(x) -> list:
     return [leaf for leaf in _leaves(x) if leaf.__class__ is np.ndarray]
+
+
+def _result_arrays(result) -> list:
+    """The arrays of a result as the probe keeps it (an `Item`'s array)."""
+    return [result.array] if result.__class__ is Item else _arrays(result)
 
 
 def _holders(result, leaves: list) -> tuple | None:

@@ -6,7 +6,8 @@ them all the same. At the probe the command is made for the arrays that call ret
 later call the native form makes arrays of the same shapes and dtypes (`NewResults.layouts`) before
 the replay runs, writes their addresses into the command's words as an input's are
 (`minflux.schedule.native`), and the statement that bound the call's results binds these instead
-(`rendered`).
+(`rendered`). A numpy scalar result (`minflux.schedule.native_probe.Item`) is made as a 0-d array,
+and bound as its element once the command wrote it.
 
 >>> import numpy as np
 >>> from minflux.runtime.native_runner import Command
@@ -27,13 +28,20 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime.pointers import pointers
-from .native_probe import _arrays
+from .native_probe import Item, _result_arrays
 
 __all__ = ["NewResults", "filled", "marks", "rendered"]
 
 
 class _Made(int):
-    """In a result's template: the array made on each call for new result ``int(self)``."""
+    """In a result's template: the array made on each call for new result ``int(self)`` (of a
+    `_MadeItem`, that array's element as a numpy scalar)."""
+
+    item = False
+
+
+class _MadeItem(_Made):
+    item = True
 
 
 class NewResults:
@@ -48,17 +56,20 @@ class NewResults:
         self.owner: list = []
         self._at: dict = {}   # id of a probe's array -> its k
         for index, (_, result) in commands.items():
-            for r in _arrays(result):
+            for r in _result_arrays(result):
                 if (r.base is None and r.flags.c_contiguous and r.nbytes and id(r) not in self._at
                         and places.locate(pointers([r])[0]) is None):
                     self._at[id(r)] = len(self.arrays)
                     self.arrays.append(r)
-                    self.owner.append((index, next(i for i, a in enumerate(_arrays(result)) if a is r)))
+                    self.owner.append((index, next(i for i, a in enumerate(_result_arrays(result)) if a is r)))
 
     def template(self, index: int, result, stays):
         """Statement ``index``'s ``result`` with each array it made new replaced by its mark (`filled`
         puts a call's arrays there), or None where one of its arrays neither is one of those nor
         ``stays(array)`` (lies in memory that stays put)."""
+        if result.__class__ is Item:
+            k = self._at.get(id(result.array))
+            return _MadeItem(k) if k is not None and self.owner[k][0] == index else None
         if result.__class__ is np.ndarray:
             k = self._at.get(id(result))
             if k is not None and self.owner[k][0] == index:
@@ -73,16 +84,24 @@ class NewResults:
         """For the ``templates`` of the statements that became commands: the k of each new array they
         mark, in order, its (shape, dtype), and the templates marking each by its place in that order."""
         used = sorted({k for t in templates for k in marks(t)})
-        place = {k: _Made(p) for p, k in enumerate(used)}
+        place = {k: p for p, k in enumerate(used)}
         return used, [(self.arrays[k].shape, self.arrays[k].dtype) for k in used], \
-            [filled(t, place) for t in templates]
+            [_renumbered(t, place) for t in templates]
+
+
+def _renumbered(template, place: dict):
+    if isinstance(template, _Made):
+        return template.__class__(place[template])
+    if template.__class__ is list or template.__class__ is tuple:
+        return template.__class__(_renumbered(t, place) for t in template)
+    return template
 
 
 def filled(template, made):
     """``template`` (`NewResults.template`) with each mark ``k`` replaced by ``made[k]``."""
-    cls = template.__class__
-    if cls is _Made:
+    if isinstance(template, _Made):
         return made[template]
+    cls = template.__class__
     if cls is list or cls is tuple:
         return cls(filled(t, made) for t in template)
     return template
@@ -95,9 +114,9 @@ def rendered(template, made: list) -> tuple[str, list]:
     >>> rendered((_Made(1), "a"), ["x", "y"])
     ('($[1], $,)', [['x', 'y'], 'a'])
     """
+    if isinstance(template, _Made):
+        return f"$[{int(template)}]" + ("[()]" if template.item else ""), [made]
     cls = template.__class__
-    if cls is _Made:
-        return f"$[{int(template)}]", [made]
     if cls is list or cls is tuple:
         parts = [rendered(t, made) for t in template]
         text = ", ".join(text for text, _ in parts)
@@ -111,7 +130,7 @@ def marks(template) -> list:
     >>> marks([_Made(2), np.ones(1), (_Made(0),)])
     [2, 0]
     """
-    if template.__class__ is _Made:
+    if isinstance(template, _Made):
         return [int(template)]
     if template.__class__ is list or template.__class__ is tuple:
         return [k for t in template for k in marks(t)]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import minflux as mf
-from minflux.schedule import native, native_groups
+from minflux.schedule import native, native_groups, native_results
 from tests.compiled.test_models_compiled import build, train_step
 from tests.compiled.test_native_replay import compile_after_five_replays  # noqa: F401
 
@@ -58,7 +58,7 @@ def memory(arrays) -> list:
 def test_every_command_writes_only_where_its_accesses_say(case, monkeypatch):
     found = native_build_of(case, monkeypatch)
     form, probe = found["form"], found["probe"]
-    made = [native._arrays(probe.commands[index][1])[k] for index, k in form.new_results]
+    made = [native_results._result_arrays(probe.commands[index][1])[k] for index, k in form.new_results]
     assert form.patch(found["inputs"], made)   # the probe's memory again
     watched = [found["arena"], *found["inputs"]]
     for command, arguments, results in probe.made_of.values():

@@ -100,7 +100,20 @@ def test_a_layout_that_is_not_rows_a_fixed_stride_apart_is_not_walked():
     assert node.walk([g.T], [np.ones((6, 4))], []) is None              # columns a stride apart
     assert node.walk([np.ones((4, 3, 2))[:, ::2]], [np.ones((4, 2, 2))], []) is None   # rows two strides apart
     assert node.walk([g], [g], [np.ones((4, 1))]) is None               # a sum written into fewer elements
-    assert node.walk([np.broadcast_to(np.ones(()), (4, 6))], [g], []) is None   # the seed multiplies nothing
+
+
+@pytest.mark.parametrize("value", [0.25, 0.0, -0.0])
+def test_a_broadcast_gradient_is_read_where_it_lies(value):
+    """A mean's gradient, one value broadcast over the node's shape, is walked with a step of 0 and
+    gives the term-by-term values (a zero gradient annihilating the infinities and NaNs)."""
+    rng = np.random.default_rng(9)
+    (p,) = arrays(rng, 1, (5, 9), np.float32, True)
+    g = np.broadcast_to(np.array(value, np.float32), (5, 9))
+    how = node.walk([g], [p], [])
+    assert how is not None and how.steps[0] == 0
+    (got,) = gradient_sums([g], [p], (((0, 0),),))
+    with np.errstate(invalid="ignore"):   # 0 * inf, annihilated
+        assert_same(got, numpy_sums([g], [p], (((0, 0),),))[0])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

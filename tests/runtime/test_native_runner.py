@@ -101,6 +101,39 @@ def test_a_sum_over_several_axes_and_all_zeros(axis, keepdims):
         assert out.tobytes() == want.tobytes()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("fn", [np.sum, np.mean])
+def test_a_sum_or_mean_of_every_element_gives_numpys_bits(fn, dtype):
+    """numpy sums every element of a C-contiguous array pairwise from its identity 0 (a single element
+    too), whatever its shape; its mean divides that sum by the count."""
+    rng = np.random.default_rng(7)
+    for n in [*range(1, 140), 255, 256, 257, 1000, 4096, 8192]:
+        for x in (spread(rng, n, dtype), np.full(n, -0.0, dtype)):
+            for a, axis in ((x, None), (x.reshape(1, n), (0, 1)), (x.reshape(-1, 2) if n % 2 == 0 else x, None)):
+                out = np.empty((), dtype)
+                run(COMMANDS[fn]((a,), {"axis": axis, "out": out}, np.geterr()))
+                assert out.tobytes() == np.asarray(fn(a, axis=axis)).tobytes(), (n, a.shape)
+
+
+@pytest.mark.parametrize("axis, keepdims", [((2,), False), ((0,), True), ((1, 2), False), ((0, 1), True)])
+def test_a_mean_over_leading_or_trailing_axes_gives_numpys_bits(axis, keepdims):
+    rng = np.random.default_rng(8)
+    for dtype in (np.float32, np.float64):
+        a = spread(rng, (6, 7, 5), dtype)
+        want = np.mean(a, axis=axis, keepdims=keepdims)
+        out = np.empty_like(want)
+        run(COMMANDS[np.mean]((a,), {"axis": axis, "keepdims": keepdims, "out": out}, np.geterr()))
+        assert out.tobytes() == want.tobytes()
+
+
+def test_ones_and_zeros_like_copy_numpys_bytes():
+    for fn in (np.ones_like, np.zeros_like):
+        for out in (np.empty((3, 4), np.float32), np.empty((), np.float64), np.empty(5, np.int64)):
+            run(COMMANDS[fn]((out.copy(),), {"out": out}, {}))
+            assert out.tobytes() == fn(out).tobytes()
+    assert COMMANDS[np.ones_like]((np.ones(3),), {}, {}) is None   # no array to fill
+
+
 def test_a_sum_numpy_would_do_otherwise_is_no_command():
     a, out = np.ones((4, 6)), np.empty(6)
     assert COMMANDS[SUM]((a,), {"axis": 1, "out": np.empty(4)}, np.geterr()) is not None

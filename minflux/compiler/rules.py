@@ -177,11 +177,11 @@ def _power_base_partial(m, a, b):
     >>> _power_base_partial(ArrayMath(np), np.array([3.0]), 2), _power_base_partial(ArrayMath(np), 3.0, np.zeros(1))
     (array([6.]), array([0.]))
     """
-    if (b.__class__ is int or b.__class__ is float) and b != 0:
-        partial = b * a ** (b - 1)
-        if getattr(partial, "dtype", None) is not None and partial.dtype.kind == "f":
-            return partial
-    return m.where(b == 0, 0.0, b * a ** (b - 1))
+    partial = b * a ** (b - 1)
+    if (b.__class__ is int or b.__class__ is float) and b != 0 and getattr(partial, "dtype", None) is not None \
+            and partial.dtype.kind == "f":
+        return partial
+    return m.where(b == 0, 0.0, partial)
 
 
 def _off_origin(m, denominator, numerator):

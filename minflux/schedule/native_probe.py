@@ -61,7 +61,7 @@ class Probe:
     def __call__(self, index: int, fn, /, *args, **kwargs):
         make, command = command_of(fn), None
         errstate = np.geterr()
-        call = (args, kwargs)
+        given_args, given_kwargs = args, kwargs
         if self._items and make is not None and getattr(fn, "native_command", None) is None:
             args = tuple(_in_items(args, self._items))
             kwargs = dict(zip(kwargs, _in_items(kwargs.values(), self._items)))
@@ -72,7 +72,7 @@ class Probe:
             _warn_once(f"minflux could not make a native command of {getattr(fn, '__name__', fn)!r} ({error!r}); "
                        "it stays a Python call; please report it")
             command = None
-        result = kept = fn(*call[0], **call[1])
+        result = kept = fn(*given_args, **given_kwargs)
         if command is None and make is not None and _fills_new_results(fn):
             command, scratch, kept = _into_results(make, args, kwargs, result, errstate)
         if command is not None and (command.redo is None or
@@ -133,7 +133,7 @@ def _fills_new_results(fn) -> bool:
     """Whether ``fn``'s command may be made for the results a call made new: a launch that says so, a
     ufunc of one result, a concatenation, a stack, a sum, a mean, or ones or zeros like an array."""
     return getattr(fn, "fills_new_results", False) or fn.__class__ is np.ufunc and fn.nout == 1 or \
-        fn in _FILLING
+        any(fn is f for f in _FILLING)
 
 
 _FILLING = (np.concatenate, np.stack, np.sum, np.mean, np.ones_like, np.zeros_like)

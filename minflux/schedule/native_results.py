@@ -34,14 +34,11 @@ __all__ = ["NewResults", "filled", "marks", "rendered"]
 
 
 class _Made(int):
-    """In a result's template: the array made on each call for new result ``int(self)`` (of a
-    `_MadeItem`, that array's element as a numpy scalar)."""
-
-    item = False
+    """In a result's template: the array made on each call for new result ``int(self)``."""
 
 
 class _MadeItem(_Made):
-    item = True
+    """A `_Made` bound as that array's element, a numpy scalar."""
 
 
 class NewResults:
@@ -115,7 +112,7 @@ def rendered(template, made: list) -> tuple[str, list]:
     ('($[1], $,)', [['x', 'y'], 'a'])
     """
     if isinstance(template, _Made):
-        return f"$[{int(template)}]" + ("[()]" if template.item else ""), [made]
+        return f"$[{int(template)}]" + ("[()]" if template.__class__ is _MadeItem else ""), [made]
     cls = template.__class__
     if cls is list or cls is tuple:
         parts = [rendered(t, made) for t in template]

@@ -34,9 +34,11 @@ def source_module(name: str, source: str):
 
 
 def machine() -> str:
-    """A one-line description of this machine: CPU model, core count, and the versions of Python, numpy
-    (with its BLAS), numba and MKL."""
+    """A one-line description of this machine: CPU model, core count, the versions of Python, numpy
+    (with its BLAS and the kernels that BLAS runs), numba and MKL."""
     import numpy as np
+
+    from minflux.runtime.gemm_choice import blas_kernels
 
     model = platform.processor() or "unknown CPU"
     try:
@@ -47,7 +49,7 @@ def machine() -> str:
     except OSError:
         pass
     return (f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__} "
-            f"({_blas(np)}), {_version('numba')}, {_version('mkl')}")
+            f"({_blas(np)}; {blas_kernels() or 'no OpenBLAS kernels'}), {_version('numba')}, {_version('mkl')}")
 
 
 def _blas(np) -> str:

@@ -7,7 +7,9 @@ the first product that could go to MKL runs a short calibration (well under a se
 libraries on one thread at `CALIBRATION_SHAPES` -- the shipped models' forward, input-gradient and
 weight-gradient products and two small ones -- and a product then goes to the library that was
 faster at the calibration shape nearest its own (in log-size of each dimension). The table is
-cached beside the kernel cache, one file per CPU and library versions, trusted only when only its
+cached beside the kernel cache, one file per CPU, library versions and the kernels the libraries run
+(`blas_kernels`: OpenBLAS picks its kernels for the CPU when it loads, and ``OPENBLAS_CORETYPE`` can
+force older ones that run at half the speed on the same CPU), trusted only when only its
 owner can write it and written whole or not at all, so every process on the machine (a run and its
 resume, an eager step and its replay) decides alike. ``MINFLUX_GEMM=mkl`` or ``numpy`` pins one
 library; ``python -m minflux.runtime.gemm_report`` prints the table and what it chose.
@@ -23,6 +25,7 @@ library; ``python -m minflux.runtime.gemm_report`` prints the table and what it 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -39,8 +42,8 @@ from . import gemm_provider
 from .._version import __version__
 from .cache_directory import cache_dir, untrusted_reason, warn_once
 
-__all__ = ["CALIBRATION_SHAPES", "CALIBRATION_VERSION", "calibrate", "machine", "nearest", "prefers_gemm",
-           "table"]
+__all__ = ["CALIBRATION_SHAPES", "CALIBRATION_VERSION", "KERNEL_SETTINGS", "blas_kernels", "calibrate",
+           "machine", "nearest", "prefers_gemm", "table"]
 
 CALIBRATION_SHAPES = (  # (m, k, n, a transposed, b transposed)
     (16, 16, 16, False, False), (32, 128, 128, False, False),
@@ -55,6 +58,10 @@ CALIBRATION_VERSION = 2
 """Raised when the way a calibration measures changes, so that tables measured the old way are measured
 again. Version 2: BLAS runs on one thread during a calibration whoever asks for it first (under
 version 1, a report run before minflux's first product timed numpy's threaded OpenBLAS)."""
+
+KERNEL_SETTINGS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR",
+                   "MKL_DEBUG_CPU_TYPE")
+"""The environment variables that change which kernels OpenBLAS and MKL run, or how they block them."""
 
 _REPEATS = 3
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -159,10 +166,10 @@ def _best(call) -> float:
 
 
 def machine() -> dict:
-    """What a calibration depends on: the CPU and the libraries' versions.
+    """What a calibration depends on: the CPU, the libraries' versions and the kernels they run.
 
-    >>> sorted(machine())[:3]
-    ['calibration', 'cpu', 'host']
+    >>> sorted(machine())[:4]
+    ['blas kernels', 'calibration', 'cpu', 'host']
     """
     from .kernel_cache import host_tag
 
@@ -171,10 +178,27 @@ def machine() -> dict:
         mkl = importlib.metadata.version("mkl")
     except importlib.metadata.PackageNotFoundError:
         mkl = None
-    return {"calibration": CALIBRATION_VERSION, "cpu": _cpu_model(), "host": host_tag(),
+    return {"blas kernels": blas_kernels(), "calibration": CALIBRATION_VERSION, "cpu": _cpu_model(), "host": host_tag(),
             "minflux": __version__, "numpy": np.__version__,
             "numpy blas": f"{blas.get('name')} {blas.get('version')}", "mkl": mkl,
             "python": ".".join(map(str, sys.version_info[:2]))}
+
+
+@functools.cache
+def blas_kernels() -> str:
+    """The kernels this process's OpenBLAS runs (its name for them), and the `KERNEL_SETTINGS` set in
+    the environment: fixed when the library loads, so asked once.
+
+    >>> kernels = blas_kernels()
+    >>> isinstance(kernels, str) and (kernels == "" or "=" in kernels or "openblas" in kernels)
+    True
+    """
+    from threadpoolctl import threadpool_info
+
+    found = sorted({f"{info.get('prefix', 'openblas')} {info.get('architecture', '?')}"
+                    for info in threadpool_info() if info.get("internal_api") == "openblas"})
+    found += [f"{name}={os.environ[name]}" for name in KERNEL_SETTINGS if name in os.environ]
+    return ", ".join(found)
 
 
 def _cpu_model() -> str:

@@ -69,6 +69,35 @@ def test_a_damaged_foreign_or_untrusted_table_is_measured_again(fresh, monkeypat
     assert len(warnings) == 1 and "measuring again" in warnings[0]
 
 
+def test_a_table_measured_with_other_blas_kernels_is_measured_again(fresh, monkeypatch):
+    """OPENBLAS_CORETYPE can make the same library on the same CPU run half as fast: a table timed
+    with one set of kernels decides nothing for another."""
+    monkeypatch.setattr(gemm_choice, "blas_kernels", lambda: "libscipy_openblas Haswell, OPENBLAS_CORETYPE=Haswell")
+    monkeypatch.setattr(gemm_choice, "calibrate", lambda dtype: fake_rows("mkl"))
+    haswell = gemm_choice.cache_file(np.float32)
+    assert gemm_choice.table(np.float32) == fake_rows("mkl")
+    monkeypatch.setattr(gemm_choice, "blas_kernels", lambda: "libscipy_openblas SkylakeX")
+    monkeypatch.setattr(gemm_choice, "calibrate", lambda dtype: fake_rows("numpy"))
+    monkeypatch.setattr(gemm_choice, "_tables", {})
+    assert gemm_choice.cache_file(np.float32) != haswell
+    assert gemm_choice.table(np.float32) == fake_rows("numpy")
+    assert sorted(path.name for path in (fresh / "gemm").iterdir()) == sorted(
+        [haswell.name, gemm_choice.cache_file(np.float32).name])
+
+
+def test_the_kernels_named_are_the_ones_openblas_runs_and_the_settings_that_chose_them():
+    script = "from minflux.runtime.gemm_choice import blas_kernels; print(blas_kernels())"
+    environment = {k: v for k, v in os.environ.items() if k not in gemm_choice.KERNEL_SETTINGS}
+    forced = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                            env={**environment, "OPENBLAS_CORETYPE": "Sandybridge"}).stdout
+    if "openblas" not in forced:
+        pytest.skip("numpy here is not built on OpenBLAS")
+    assert forced.split(",")[0].endswith("Sandybridge") and "OPENBLAS_CORETYPE=Sandybridge" in forced
+    chosen = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                            env=environment).stdout
+    assert "=" not in chosen and "openblas" in chosen
+
+
 def test_the_calibration_times_blas_on_one_thread_whoever_asks_first(monkeypatch):
     """A report or a probe may ask before minflux has limited BLAS: what it times and caches is still
     one thread, as minflux's products run, and the caller's BLAS threads are left as they were."""

@@ -112,14 +112,16 @@ def _matmul_2d(a, b, out=None):
         _product(library, a, b, out)
         return out
     edges = [blocks * s // shares * _BLOCK for s in range(shares + 1)]
+    errstate = np.geterr()
 
     def run(s0, s1):
-        for s in range(s0, s1):
-            part = slice(edges[s], edges[s + 1])
-            if by_columns:
-                _product(library, a, b[:, part], out[:, part])
-            else:
-                _product(library, a[part], b, out[part])
+        with np.errstate(**errstate):   # a worker thread starts from numpy's default error state
+            for s in range(s0, s1):
+                part = slice(edges[s], edges[s + 1])
+                if by_columns:
+                    _product(library, a, b[:, part], out[:, part])
+                else:
+                    _product(library, a[part], b, out[part])
 
     run_rows(run, 0, shares, threads_now(), ())
     return out

@@ -124,3 +124,26 @@ def test_each_product_goes_to_the_library_its_calibration_chose(monkeypatch, m, 
         got = matrix_product.matmul(a, b, out)
         assert got.tobytes() == np.matmul(a, b).tobytes()   # numpy's bits (the stand-in gemm declines)
     assert calls == ([] if winner == "numpy" else [(m, k)] * 2)
+
+
+@pytest.mark.parametrize("when", ["raise", "warn"])
+def test_a_product_split_over_threads_raises_or_warns_under_the_callers_error_state(when, monkeypatch):
+    """numpy's error state is the calling thread's: the share a pool worker multiplies checks its
+    overflow under it too, as the whole product would."""
+    from minflux.runtime import gemm_provider
+
+    gemm_provider.gemm   # noqa: B018 (loads the provider, then every product goes to numpy)
+    monkeypatch.setattr(gemm_provider, "gemm", None)
+    monkeypatch.setattr(matrix_product, "PARALLEL_MIN_MULTIPLY_ADDS", 1)
+    monkeypatch.setattr(matrix_product, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(matrix_product, "threads_now", lambda: 2)
+    a, b = np.full((4, 8), 1e30, np.float32), np.ones((8, 256), np.float32)
+    b[:, 128:] = 1e30                     # overflows in the second share only
+    with np.errstate(over=when):
+        if when == "raise":
+            with pytest.raises(FloatingPointError, match="overflow encountered in matmul"):
+                matrix_product.matmul(a, b)
+        else:
+            with pytest.warns(RuntimeWarning, match="overflow encountered in matmul"):
+                out = matrix_product.matmul(a, b)
+            assert np.isinf(out[:, 128:]).all() and np.isfinite(out[:, :128]).all()

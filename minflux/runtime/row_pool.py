@@ -24,7 +24,8 @@ class RowPool:
     """Persistent worker threads that each run one share of a call's rows.
 
     Each worker sleeps on its own lock; `run` hands every worker its share by releasing that lock,
-    runs the first share on the calling thread and waits on each worker's completion lock. A second
+    runs the first share on the calling thread and waits on each worker's completion lock; what a
+    share raised is raised there once every share is done (the first share's first). A second
     Python thread that calls in while the pool is busy runs its whole call itself instead of waiting.
 
     >>> pool = RowPool()
@@ -49,7 +50,7 @@ class RowPool:
                 start, done = threading.Lock(), threading.Lock()
                 start.acquire()
                 done.acquire()
-                task: list = [None]
+                task: list = [None, None]   # the call and its arguments; what it raised
                 thread = threading.Thread(target=self._serve, args=(start, done, task), daemon=True,
                                           name=f"minflux-kernel-{w}")
                 thread.start()
@@ -63,6 +64,8 @@ class RowPool:
             task[0] = None
             try:
                 call(*args)
+            except BaseException as e:   # raised by the caller once every share is done; the worker lives on
+                task[1] = e
             finally:
                 done.release()
 
@@ -77,11 +80,15 @@ class RowPool:
             for (start, done, task), a, b in zip(self.workers, bounds[1:-1], bounds[2:]):
                 task[0] = (call, (a, b) + args)
                 start.release()
-                handed.append(done)
+                handed.append((done, task))
             try:
                 call(0, bounds[1], *args)
             finally:
-                _wait_all(handed)
+                _wait_all([done for done, _ in handed])
+            for _, task in handed:
+                raised, task[1] = task[1], None
+                if raised is not None:
+                    raise raised
         finally:
             self.busy.release()
 

@@ -95,3 +95,23 @@ def test_an_interrupted_share_leaves_the_pool_usable():
     assert seen == [(2, 4)]              # the worker's share finished before run returned
     pool.run(lambda r0, r1: seen.append((r0, r1)), 4, 2, ())
     assert sorted(seen[1:]) == [(0, 2), (2, 4)]
+
+
+def test_what_a_workers_share_raises_reaches_the_caller_and_the_worker_lives_on():
+    from minflux.runtime.row_pool import RowPool
+
+    pool = RowPool()
+    pool.grow(1)
+    seen = []
+
+    def call(r0, r1, *args):
+        seen.append((r0, r1))
+        if r0 > 0:
+            raise FloatingPointError(f"rows {r0}:{r1}")   # as numpy's check raises in a product's share
+
+    with pytest.raises(FloatingPointError, match="rows 2:4"):
+        pool.run(call, 4, 2, ())
+    assert sorted(seen) == [(0, 2), (2, 4)]   # the caller's share ran whole too
+    seen.clear()
+    pool.run(lambda r0, r1: seen.append((r0, r1)), 4, 2, ())   # the same worker serves the next call
+    assert sorted(seen) == [(0, 2), (2, 4)]

@@ -18,9 +18,7 @@ run on minflux's sleeping worker pool (over the cores other work leaves free,
 of the result. Small products, batched products of matrices and non-numpy arrays go straight to the
 array module's ``matmul``.
 
->>> import math
-
-import numpy as np
+>>> import numpy as np
 >>> a, b = np.ones((64, 512), np.float32), np.ones((512, 1024), np.float32)
 >>> bool((matmul(a, b) == 512).all())
 True
@@ -82,6 +80,12 @@ def _blocks(m: int, n: int) -> int:
     return -(-(n if n >= m else m) // _BLOCK)
 
 
+def _parts(m: int, n: int, shares: int) -> list:
+    """The columns (``n >= m``) or rows of each of a product's ``shares``: whole blocks, as even as may be."""
+    blocks = _blocks(m, n)
+    return [slice(blocks * s // shares * _BLOCK, blocks * (s + 1) // shares * _BLOCK) for s in range(shares)]
+
+
 def _shares(m: int, k: int, n: int) -> int:
     """How many threads' shares a product of ``m x k`` by ``k x n`` is cut into."""
     return min(get_num_threads(), _blocks(m, n)) if m * n * k >= PARALLEL_MIN_MULTIPLY_ADDS else 1
@@ -99,7 +103,6 @@ def _library(a, b, dtype):
 def _matmul_2d(a, b, out=None):
     (m, k), n = a.shape, b.shape[1]
     by_columns = n >= m
-    blocks = _blocks(m, n)
     prepare_process()               # BLAS on one thread and freed memory kept, from the first product
     shares = _shares(m, k, n)
     dtype = a.dtype if a.dtype is b.dtype else np.result_type(a, b)
@@ -111,13 +114,12 @@ def _matmul_2d(a, b, out=None):
     if shares == 1:
         _product(library, a, b, out)
         return out
-    edges = [blocks * s // shares * _BLOCK for s in range(shares + 1)]
+    parts = _parts(m, n, shares)
     errstate = np.geterr()
 
     def run(s0, s1):
         with np.errstate(**errstate):   # a worker thread starts from numpy's default error state
-            for s in range(s0, s1):
-                part = slice(edges[s], edges[s + 1])
+            for part in parts[s0:s1]:
                 if by_columns:
                     _product(library, a, b[:, part], out[:, part])
                 else:
@@ -129,9 +131,11 @@ def _matmul_2d(a, b, out=None):
 
 def native_command(a, b, out, errstate: dict):
     """The native runner's `Command` (`minflux.runtime.native_runner`) for ``matmul(a, b, out=out)`` under
-    numpy's ``errstate``: the same BLAS routine on the same operands as that call, or None where it is
-    not one single-threaded 2-D BLAS call into ``out``. numpy's BLAS is checked as numpy checks it (the
-    floating-point status flags its error state acts on); MKL's, called without numpy, is not.
+    numpy's ``errstate``: the same BLAS calls on the same operands as that call -- one, or for a product
+    `matmul` splits, one per share of its columns (or rows), run at once where threads are free
+    (``shares``) -- or None where they are not 2-D BLAS calls into ``out``. numpy's BLAS is checked as
+    numpy checks it (the floating-point status flags its error state acts on); MKL's, called without
+    numpy, is not.
 
     >>> import numpy as np
     >>> a, b, out = np.ones((4, 3)), np.ones((3, 5)), np.empty((4, 5))
@@ -144,28 +148,45 @@ def native_command(a, b, out, errstate: dict):
     (m, k), n = a.shape, b.shape[1]
     dtype = out.dtype
     if (b.shape[0] != k or out.shape != (m, n) or a.dtype != dtype or b.dtype != dtype or min(m, n, k) < 2
-            or _shares(m, k, n) != 1 or not (a.flags.aligned and b.flags.aligned and out.flags.c_contiguous)):
-        return None
-    size = dtype.itemsize
-    la, lb = gemm_provider.operand(a, size), gemm_provider.operand(b, size)
-    if la is None or lb is None:
+            or not (a.flags.aligned and b.flags.aligned and out.flags.c_contiguous)):
         return None
     if np.may_share_memory(out, a) or np.may_share_memory(out, b):   # numpy copies first; BLAS would not
         return None
-    pa, pb, pc = pointers((a, b, out))
     library = _library(a, b, dtype)
+    shares = _shares(m, k, n)
+    if shares == 1:
+        return _gemm_command(library, a, b, out, errstate, (np.matmul, (a, b, out)))
+    parts = []
+    for part in _parts(m, n, shares):
+        share = (a, b[:, part], out[:, part]) if n >= m else (a[part], b, out[part])
+        parts.append(_gemm_command(library, *share, errstate, None))
+        if parts[-1] is None:
+            return None
+    return native_runner.sequence(*parts)._replace(redo=(_matmul_2d, (a, b, out)), shares=shares,
+                                                   stops=tuple(p * native_runner.GEMM_WORDS for p in range(shares)))
+
+
+def _gemm_command(library, a, b, out, errstate: dict, redo: tuple | None):
+    """One BLAS call of ``library`` (None: numpy's) writing ``a @ b`` into ``out`` (rows of unit stride),
+    or None where it cannot be made."""
+    size = out.dtype.itemsize
+    la, lb, lc = gemm_provider.operand(a, size), gemm_provider.operand(b, size), gemm_provider.operand(out, size)
+    if la is None or lb is None or lc is None or out.strides[1] != size:
+        return None
+    pa, pb, pc = pointers((a, b, out))
     if library is not None:
-        found, flags = (library.addresses.get(dtype), 32), 0
+        found, flags = (library.addresses.get(out.dtype), 32), 0
     else:
-        found, flags = native_runner.numpy_gemm(dtype), native_runner.fp_flags(errstate)
+        found, flags = native_runner.numpy_gemm(out.dtype), native_runner.fp_flags(errstate)
         if pa == pb:   # numpy multiplies a matrix by its own transpose with syrk
             return None
     if found is None or found[0] is None or flags is None:
         return None
     address, width = found
-    variant = native_runner.GEMM_VARIANTS.index((dtype, width))
-    return native_runner.gemm_words(variant, address, la[0], lb[0], m, n, k, pa, la[1], pb, lb[1], pc, n, flags,
-                                    (np.matmul, (a, b, out)))
+    variant = native_runner.GEMM_VARIANTS.index((out.dtype, width))
+    (m, k), n = a.shape, b.shape[1]
+    return native_runner.gemm_words(variant, address, la[0], lb[0], m, n, k, pa, la[1], pb, lb[1], pc, lc[1], flags,
+                                    redo)
 
 
 def _matmul_command(args: tuple, kwargs: dict, errstate: dict):

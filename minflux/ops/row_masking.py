@@ -98,7 +98,7 @@ def _forward_command(args: tuple, kwargs: dict, errstate: dict):
             and x.dtype == w.dtype == out.dtype and out.shape == (x.shape[0], w.shape[1])):
         return None
     gemm = native_command(x, w, out, errstate)
-    if gemm is None:
+    if gemm is None or gemm.shares != 1:   # a split product stays the Python call
         return None
     work = x.shape[1] * columns
     least = max(math.ceil(SKIP_MIN_FRACTION * x.shape[0]), -(-SKIP_MIN_WORK // work) if work else x.shape[0] + 1)

@@ -80,7 +80,8 @@ class Command(NamedTuple):
     ``reads(args, kwargs)`` gives the arguments it writes into cells. ``rows``: 0, or the rows of a
     kernel that computes each row alone (as its launcher splits them over threads), whose row range
     (words 3 and 4) may be cut into shares run at once. ``stops``: where among its words the walk may
-    stop for its redo (a command made of several may stop at more than its first)."""
+    stop for its redo (a command made of several may stop at more than its first). ``shares``: 1, or
+    the number of equal commands its words are, which may run at once (a product's shares)."""
 
     words: list
     addresses: tuple
@@ -89,6 +90,7 @@ class Command(NamedTuple):
     refresh: tuple[Callable, Callable] | None = None
     rows: int = 0
     stops: tuple = (0,)
+    shares: int = 1
 
 
 _lock = threading.Lock()

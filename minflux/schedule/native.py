@@ -158,7 +158,7 @@ class NativeForm:
         patches: list = []          # (word, input, offset)
         self._redo: dict = {}       # a checked command's word -> (numpy call, operands, end word, error state)
         natives: dict = {}          # statement -> (first word, end word, its result as a statement or None)
-        work: dict = {}             # statement -> (its multiply-adds, the words of its row shares)
+        work: dict = {}             # statement -> (its multiply-adds, the words of its shares)
         refreshes: dict = {}        # statement -> the statement writing its command's cells
         templates: list = []        # of the results with arrays made new on every call (`native_results`)
         self._made: list = []       # the arrays made for them on this call
@@ -204,7 +204,7 @@ class NativeForm:
                 templates.append(template)
             natives[index] = (first, len(words), None if unread else result)
             work[index] = (0 if command.refresh else native_groups.multiply_adds(command.words),
-                           native_groups.share_words(first, len(command.words), len(shares)))
+                           native_groups.share_words(first, command, len(shares)))
             if command.refresh is not None:
                 refreshes[index] = self._refresh_statement(st, (first, len(words)), result, command.refresh)
         self.program = np.array(words, np.int64)
@@ -225,7 +225,7 @@ class NativeForm:
         self.n_commands = len(natives)
         tags = []   # of every runner command (a statement's command may be several)
         for index, (first, end, _) in natives.items():
-            end = work[index][1][0][1] if work[index][1] else end   # a kernel's row shares: one kernel
+            end = work[index][1][0][1] if work[index][1] else end   # a kernel's or product's shares: one
             while first < end:
                 tags.append(int(self.program[first]))
                 first += native_runner.command_size(self.program, first)
@@ -363,9 +363,9 @@ class NativeForm:
 
     def in_groups(self, steps: list) -> None:
         """Run a segment's ``steps`` (`native_groups.word_steps`): the commands of a word range in turn,
-        the products of a group or a kernel's row shares at once on the threads free now (one after
-        the other where that is one); where a product's check failed, the group's products are run
-        again in turn."""
+        the products of a group, a kernel's row shares or a product's shares at once on the threads
+        free now (one after the other where that is one); where a product's check failed, the group's
+        products are run again in turn."""
         for step in steps:
             if step[0].__class__ is int:
                 self.segment(*step)
@@ -376,12 +376,27 @@ class NativeForm:
                 if self.program[0] < 0:
                     continue
                 self.program[0] = -1
-            for first, end in step:
+            for first, end in _joined(step):   # one product's shares: its redo does them all, once
                 self.segment(first, end)
 
     def _run_ranges(self, r0: int, r1: int, ranges: tuple) -> None:
         for first, end in ranges[r0:r1]:
             self._run(first, end, 0, 0, 0, self._address)
+
+
+def _joined(ranges: tuple) -> list:
+    """Word ranges with each one that ends where the next begins joined to it.
+
+    >>> _joined(((1, 5), (5, 9), (12, 14)))
+    [(1, 9), (12, 14)]
+    """
+    joined = [ranges[0]]
+    for first, end in ranges[1:]:
+        if joined[-1][1] == first:
+            joined[-1] = (joined[-1][0], end)
+        else:
+            joined.append((first, end))
+    return joined
 
 
 class _Slot(int):

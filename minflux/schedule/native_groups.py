@@ -1,5 +1,6 @@
-"""Independent products of a native segment run at once, one per core, and a large kernel's rows in
-shares at once, as its launcher splits them.
+"""Independent products of a native segment run at once, one per core, a large kernel's rows in
+shares at once, as its launcher splits them, and a large product's shares as `minflux.matrix_product`
+cuts it.
 
 A native segment (`minflux.schedule.native`) is a list of commands run in order. Two products in it
 that share no memory one writes can run at the same time, each as the one single-threaded BLAS call
@@ -205,13 +206,19 @@ def row_shares(command, most: int) -> list:
     return shares
 
 
-def share_words(first: int, size: int, n: int) -> list:
-    """The (first, end) words of ``n`` row shares of ``size`` words each from word ``first``; none
-    for a command run whole.
+def share_words(first: int, command, cut: int) -> list:
+    """The (first, end) words of the shares of ``command`` written from word ``first``: its ``cut``
+    row shares (`row_shares`), or the product shares it is made of (its ``shares``); none for a
+    command run whole.
 
-    >>> share_words(10, 4, 2), share_words(10, 4, 1)
-    ([(10, 14), (14, 18)], [])
+    >>> from minflux.runtime.native_runner import Command
+    >>> share_words(10, Command([0] * 4, ()), 2), share_words(10, Command([0] * 8, (), shares=2), 1)
+    ([(10, 14), (14, 18)], [(10, 14), (14, 18)])
+    >>> share_words(10, Command([0] * 4, ()), 1)
+    []
     """
+    n = cut if cut > 1 else command.shares
+    size = len(command.words) if cut > 1 else len(command.words) // n
     return [(first + size * k, first + size * (k + 1)) for k in range(n)] if n > 1 else []
 
 

@@ -78,17 +78,18 @@ class RowPool:
             bounds = [rows * t // n_shares for t in range(n_shares + 1)]
             handed = []
             for (start, done, task), a, b in zip(self.workers, bounds[1:-1], bounds[2:]):
-                task[0] = (call, (a, b) + args)
+                task[0], task[1] = (call, (a, b) + args), None
                 start.release()
                 handed.append((done, task))
             try:
                 call(0, bounds[1], *args)
             finally:
                 _wait_all([done for done, _ in handed])
+            raised = [task[1] for _, task in handed if task[1] is not None]
             for _, task in handed:
-                raised, task[1] = task[1], None
-                if raised is not None:
-                    raise raised
+                task[1] = None   # nor kept with the arrays its frames hold
+            if raised:
+                raise raised[0]
         finally:
             self.busy.release()
 

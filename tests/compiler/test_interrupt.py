@@ -115,3 +115,10 @@ def test_what_a_workers_share_raises_reaches_the_caller_and_the_worker_lives_on(
     seen.clear()
     pool.run(lambda r0, r1: seen.append((r0, r1)), 4, 2, ())   # the same worker serves the next call
     assert sorted(seen) == [(0, 2), (2, 4)]
+
+    def both_raise(r0, r1, *args):
+        raise FloatingPointError(f"rows {r0}:{r1}")
+
+    with pytest.raises(FloatingPointError, match="rows 0:2"):   # the caller's own share's first
+        pool.run(both_raise, 4, 2, ())
+    pool.run(lambda r0, r1: None, 4, 2, ())   # and the worker's is not raised by a later call

@@ -158,7 +158,7 @@ class NativeForm:
         patches: list = []          # (word, input, offset)
         self._redo: dict = {}       # a checked command's word -> (numpy call, operands, end word, error state)
         natives: dict = {}          # statement -> (first word, end word, its result as a statement or None)
-        work: dict = {}             # statement -> (its multiply-adds, the words of its shares)
+        work: dict = {}             # statement -> (its multiply-adds, the words of its shares, may run beside)
         refreshes: dict = {}        # statement -> the statement writing its command's cells
         templates: list = []        # of the results with arrays made new on every call (`native_results`)
         self._made: list = []       # the arrays made for them on this call
@@ -204,7 +204,8 @@ class NativeForm:
                 templates.append(template)
             natives[index] = (first, len(words), None if unread else result)
             work[index] = (0 if command.refresh else native_groups.multiply_adds(command.words),
-                           native_groups.share_words(first, command, len(shares)))
+                           native_groups.share_words(first, command, len(shares)),
+                           command.redo is command.refresh is None and len(shares) == 1 and command.shares == 1)
             if command.refresh is not None:
                 refreshes[index] = self._refresh_statement(st, (first, len(words)), result, command.refresh)
         self.program = np.array(words, np.int64)
@@ -219,7 +220,8 @@ class NativeForm:
         self.new_results = [new.owner[k] for k in made]   # (statement, which of its result's arrays)
         used += [n + k for k in made]
         self._patch_which = np.array([used.index(i) for _, i, _ in patches], np.intp)
-        self.n_grouped = 0
+        self.n_grouped = 0          # products run at once with others
+        self.n_beside = 0           # products run beside other commands
         accesses = lambda i: native_groups.located(native_groups.accesses(*probe.made_of[i]), places)  # noqa: E731
         self.statements, self.n_segments = self._segments(statements, natives, refreshes, outputs, work, accesses)
         self.n_commands = len(natives)
@@ -294,13 +296,15 @@ class NativeForm:
             nonlocal segment, stubs, n_segments, members
             if segment is not None:
                 order = native_groups.plan(lambda k: accesses(members[k]), [work[i][0] for i in members],
-                                           usable_cores())
+                                           usable_cores(), [work[i][2] for i in members])
                 call = [self.segment, *segment]
                 shares = [work[i][1] for i in members]
                 if len(order) < len(members) or any(shares):
                     steps = native_groups.word_steps(order, [natives[i][:2] for i in members], shares)
                     call = [self.in_groups, steps]
-                    self.n_grouped += sum(len(step) for step in order if step.__class__ is tuple)
+                    groups = [step for step in order if step.__class__ is tuple]
+                    self.n_grouped += sum(len(step) for step in groups if step[-1].__class__ is int)
+                    self.n_beside += sum(1 for step in groups if step[-1].__class__ is list)
                 result.append(statements[0]._replace(text="$(" + ", ".join("$" * (len(call) - 1)) + ")",
                                                      params=call, dead=[], reads=(), writes=()))
                 n_segments += 1
@@ -363,9 +367,9 @@ class NativeForm:
 
     def in_groups(self, steps: list) -> None:
         """Run a segment's ``steps`` (`native_groups.word_steps`): the commands of a word range in turn,
-        the products of a group, a kernel's row shares or a product's shares at once on the threads
-        free now (one after the other where that is one); where a product's check failed, the group's
-        products are run again in turn."""
+        the products of a group (or a product and the commands beside it), a kernel's row shares or a
+        product's shares at once on the threads free now (one after the other where that is one);
+        where a product's check failed, the group's products are run again in turn."""
         for step in steps:
             if step[0].__class__ is int:
                 self.segment(*step)
@@ -376,6 +380,7 @@ class NativeForm:
                 if self.program[0] < 0:
                     continue
                 self.program[0] = -1
+                step = [words for words in step if words.__class__ is not native_groups.Beside]   # ran whole
             for first, end in _joined(step):   # one product's shares: its redo does them all, once
                 self.segment(first, end)
 

@@ -1,13 +1,16 @@
-"""Independent products of a native segment run at once, one per core, a large kernel's rows in
-shares at once, as its launcher splits them, and a large product's shares as `minflux.matrix_product`
-cuts it.
+"""Independent products of a native segment run at once, one per core, a product that would run alone
+beside the commands that do not need it, a large kernel's rows in shares at once, as its launcher
+splits them, and a large product's shares as `minflux.matrix_product` cuts it.
 
 A native segment (`minflux.schedule.native`) is a list of commands run in order. Two products in it
 that share no memory one writes can run at the same time, each as the one single-threaded BLAS call
 it is anyway: the layer-normalised HM-LSTM's three input products of a layer and time step, the
 products of its backward pass that read one output gradient. So their bits do not depend on whether
 they ran together, and whether they do is decided on every call from the free cores
-(`minflux.runtime.threads.threads_now`). A kernel large enough for its launcher to split its rows over
+(`minflux.runtime.threads.threads_now`). A product with no other to pair with runs beside the
+consecutive commands after it that do not wait on it and have no check to stop at (the layer norms
+of the two products before it, say), one after the other on the other core: each is the same call
+either way. A kernel large enough for its launcher to split its rows over
 threads (each row computed alone) is cut into shares of its rows by the same rule (`row_shares`).
 
 What each command reads and writes is taken at the probe from the arrays of its call: a command that
@@ -37,7 +40,7 @@ import numpy as np
 from ..runtime.native_runner import COPY, GEMM, GEMM_WORDS
 from .recorder import Ref
 
-__all__ = ["GROUP_MIN_MULTIPLY_ADDS", "apart", "accesses", "located", "multiply_adds", "plan", "row_shares",
+__all__ = ["GROUP_MIN_MULTIPLY_ADDS", "Beside", "apart", "accesses", "located", "multiply_adds", "plan", "row_shares",
            "share_words", "word_steps"]
 
 GROUP_MIN_MULTIPLY_ADDS = 1 << 24
@@ -118,24 +121,28 @@ def _share(x: tuple, y: tuple) -> bool:
     return False
 
 
-def plan(accesses_of, multiply_adds: list, most: int) -> list:
+def plan(accesses_of, multiply_adds: list, most: int, beside: list | None = None) -> list:
     """The order to run a segment's commands in: each an index, or a tuple of the indices of up to
-    ``most`` products to run at once. ``multiply_adds``: each command's, 0 for a command that is not
-    one product; ``accesses_of(i)``: command ``i``'s accesses (`located`), asked only where at least
-    two products could run at once.
+    ``most`` products to run at once, or of one product and a list of the consecutive commands that
+    run beside it, one after the other on another thread. ``multiply_adds``: each command's, 0 for a
+    command that is not one product; ``beside``: whether each command may run beside a product (it
+    has no check to stop at and runs whole), or None; ``accesses_of(i)``: command ``i``'s accesses
+    (`located`), asked only where a product could run beside other work.
 
     Every command runs after the earlier commands it shares memory with (`_share`). Where at least
     two products may run, they run together; where one may and another is waiting on commands that
-    do not wait on it, those commands run first; otherwise the first command that may run does. A
-    long segment is planned in windows of `WINDOW` commands, one after the other (the work grows with
-    the cube of a window's length)."""
+    do not wait on it, those commands run first; where one product would run alone, the commands
+    that may run beside it (ready, and the ones after them ready once those have run) do. Otherwise
+    the first command that may run does. A long segment is planned in windows of `WINDOW` commands,
+    one after the other (the work grows with the cube of a window's length)."""
     n = len(multiply_adds)
     if n > WINDOW:
         windows = range(0, n, WINDOW)
         return [step for start in windows for step in _shifted(
-            plan(lambda i, start=start: accesses_of(start + i), multiply_adds[start:start + WINDOW], most), start)]
+            plan(lambda i, start=start: accesses_of(start + i), multiply_adds[start:start + WINDOW], most,
+                 None if beside is None else beside[start:start + WINDOW]), start)]
     large = [m >= GROUP_MIN_MULTIPLY_ADDS for m in multiply_adds]
-    if most < 2 or sum(large) < 2:
+    if most < 2 or sum(large) < (1 if beside is not None and any(beside) else 2):
         return list(range(n))
     access_lists = [accesses_of(i) for i in range(n)]
     after = [{k for k in range(j) if _share(access_lists[k], access_lists[j])} for j in range(n)]
@@ -156,13 +163,29 @@ def plan(accesses_of, multiply_adds: list, most: int) -> list:
         step = next((k for k in ready if not large[k] and any(k in before_it[j] for j in waiting)), None) \
             if products and waiting else None
         step = ready[0] if step is None else step
-        order.append(step)
+        run = _beside_run(step, ready, done, after, beside) if large[step] and beside is not None else []
+        order.append((step, run) if run else step)
         done.add(step)
+        done.update(run)
     return order
 
 
+def _beside_run(product: int, ready: list, done: set, after: list, beside: list) -> list:
+    """The consecutive commands from the first ready one that may run beside ``product``, each ready
+    once the ones before it in the run have run (none waits on the product, which is not done)."""
+    first = next((k for k in ready if k != product and beside[k]), None)
+    run: list = []
+    k = first
+    while k is not None and k < len(beside) and k != product and k not in done and beside[k] \
+            and after[k] <= done.union(run):
+        run.append(k)
+        k += 1
+    return run
+
+
 def _shifted(order: list, by: int) -> list:
-    return [step + by if step.__class__ is int else tuple(i + by for i in step) for step in order]
+    return [step + by if step.__class__ is int else
+            tuple(i + by if i.__class__ is int else [k + by for k in i] for i in step) for step in order]
 
 
 def apart(step, layouts: dict) -> bool:
@@ -222,10 +245,16 @@ def share_words(first: int, command, cut: int) -> list:
     return [(first + size * k, first + size * (k + 1)) for k in range(n)] if n > 1 else []
 
 
+class Beside(tuple):
+    """The (first, end) words of consecutive commands that run beside a product, one after the other:
+    run once, never again after a product's check stopped the group."""
+
+
 def word_steps(order: list, words: list, shares: list) -> list:
     """``order`` (from `plan`) over commands at ``words`` ((first, end) each) as what to run: the
-    (first, end) of commands run in turn, or a tuple of those of products, or of a kernel's row
-    shares (``shares[i]``, where not empty), run at once.
+    (first, end) of commands run in turn, or a tuple of those of products (and of the commands run
+    beside one, a `Beside`), or of a kernel's or product's shares (``shares[i]``, where not empty), run
+    at once.
 
     >>> word_steps([0, 1, (2, 4), 3], [(1, 5), (5, 9), (9, 23), (23, 30), (30, 44)], [[]] * 5)
     [(1, 9), ((9, 23), (30, 44)), (23, 30)]
@@ -235,7 +264,8 @@ def word_steps(order: list, words: list, shares: list) -> list:
     steps: list = []
     for step in order:
         if step.__class__ is tuple:
-            steps.append(tuple(words[i] for i in step))
+            steps.append(tuple(words[i] if i.__class__ is int else Beside((words[i[0]][0], words[i[-1]][1]))
+                               for i in step))
         elif shares[step]:
             steps.append(tuple(shares[step]))
         elif steps and steps[-1][0].__class__ is int and steps[-1][1] == words[step][0]:

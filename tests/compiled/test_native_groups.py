@@ -90,6 +90,43 @@ def test_a_product_of_a_group_that_overflows_raises_or_warns_as_numpy_does(when,
     assert step.recordings == 1
 
 
+@pytest.mark.parametrize("when", ["raise", "warn"])
+def test_the_product_run_beside_other_commands_gives_eagers_bits_and_overflows_as_numpy_does(
+        when, groups_at_every_size, numpys_product):
+    """Two products run together, then the third beside the copies of the first two into one array
+    (commands with no check to stop at); where the third overflows, numpy's call raises or warns,
+    and the copies beside it ran once."""
+    rng = np.random.default_rng(5)
+    step = mf.compile(products_and_copies)
+    with np.errstate(over=when):
+        for k in range(CALLS):
+            args = inputs(rng)
+            assert [bits(a) for a in step(*args)] == [bits(a) for a in products_and_copies(*args)], f"call {k}"
+        form = native_form(step)
+        assert form.n_grouped == 2 and form.n_beside == 1
+        huge = inputs(rng)
+        huge[2], huge[5] = np.full_like(huge[2], 1e30), np.full_like(huge[5], 1e30)   # the third product
+        if when == "raise":
+            with pytest.raises(FloatingPointError, match="overflow encountered in matmul"):
+                products_and_copies(*huge)
+            with pytest.raises(FloatingPointError, match="overflow encountered in matmul"):
+                step(*huge)
+        else:
+            with pytest.warns(RuntimeWarning, match="overflow encountered in matmul"):
+                want = products_and_copies(*huge)
+            with pytest.warns(RuntimeWarning, match="overflow encountered in matmul"):
+                got = step(*huge)
+            assert [bits(a) for a in got] == [bits(a) for a in want]
+    assert step.recordings == 1
+
+
+def products_and_copies(h, g, k, u, v, w):
+    """Three independent products: the first two stacked into a buffer (copies) and shifted, the third
+    doubled."""
+    a, b, c = matrix_product.matmul(h, u), matrix_product.matmul(g, v), matrix_product.matmul(k, w)
+    return np.add(np.stack([a, b]), 1.0), np.multiply(c, 2.0)
+
+
 @pytest.mark.parametrize("case", ["hmlstm-branch-ln", pytest.param("lstm-cell", marks=pytest.mark.slow)])
 def test_training_with_products_run_together_equals_eager_to_the_bit_for_72_steps(case, groups_at_every_size):
     assert native_form(trained_to_eagers_bits(case, seed=8)).n_grouped > 0
@@ -148,6 +185,57 @@ def test_a_plan_runs_every_command_once_after_everything_it_depends_on(seed):
         for i in range(j):
             if meet(accesses[i], accesses[j]):
                 assert when[i] < when[j], f"command {j} ran before {i}, whose memory it shares"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_commands_run_beside_a_product_keep_every_dependency(seed):
+    """A product that would run alone runs beside consecutive commands that may (no check to stop at):
+    none of them shares memory with it, and each runs after everything it depends on, the run's own
+    commands one after the other."""
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(2, 30 if seed % 4 else 3 * native_groups.WINDOW))
+    accesses = random_accesses(rng, n)
+    work = [int(rng.choice([0, 0, 1 << 30])) for _ in range(n)]
+    beside = [not w and bool(rng.random() < 0.8) for w in work]
+    order = native_groups.plan(accesses.__getitem__, work, 2, beside)
+    when: dict = {}   # command -> (step, place in its step's run: 0 for a product)
+    runs = 0
+    for at, step in enumerate(order):
+        group = step if step.__class__ is tuple else (step,)
+        if group[-1].__class__ is list:
+            (product,), run = group[:-1], group[-1]
+            runs += 1
+            assert work[product] and run == list(range(run[0], run[0] + len(run))) and all(beside[i] for i in run)
+            assert not any(meet(accesses[product], accesses[i]) for i in run)
+            group = (product, *run)
+            places = [0, *range(1, len(run) + 1)]
+        else:
+            places = [0] * len(group)
+        for i, place in zip(group, places):
+            assert i not in when
+            when[i] = (at, place)
+    assert sorted(when) == list(range(n))
+    for j in range(n):
+        for i in range(j):
+            if meet(accesses[i], accesses[j]):
+                assert when[i] < when[j] and (when[i][0] < when[j][0] or when[i][1] > 0), \
+                    f"command {j} ran before or beside {i}, whose memory it shares"
+    if seed == 0:
+        assert runs > 0
+
+
+def test_a_product_alone_runs_beside_the_commands_that_do_not_need_it():
+    product = ((0, 0, 10, False), (0, 10, 20, True))
+    accesses = [product,
+                ((0, 30, 40, False), (0, 40, 50, True)),    # independent
+                ((0, 40, 50, False), (0, 50, 60, True)),    # needs the one before: beside too, after it
+                ((0, 10, 20, False), (0, 60, 70, True)),    # reads the product
+                ((0, 70, 80, False), (0, 80, 90, True))]    # independent, but after one that waits
+    work = [1 << 30, 0, 0, 0, 0]
+    assert native_groups.plan(accesses.__getitem__, work, 2, [False, True, True, True, True]) == [(0, [1, 2]), 3, 4]
+    # the first that may not run beside it: the next independent one that may does (2 waits on 1)
+    assert native_groups.plan(accesses.__getitem__, work, 2, [False, False, True, True, True]) == [(0, [4]), 1, 2, 3]
+    assert native_groups.plan(accesses.__getitem__, work, 1, [False, True, True, True, True]) == [0, 1, 2, 3, 4]
 
 
 def test_two_independent_products_wait_for_what_the_second_needs_and_run_together():

@@ -8,9 +8,8 @@ it is anyway: the layer-normalised HM-LSTM's three input products of a layer and
 products of its backward pass that read one output gradient. So their bits do not depend on whether
 they ran together, and whether they do is decided on every call from the free cores
 (`minflux.runtime.threads.threads_now`). A product with no other to pair with runs beside the
-consecutive commands after it that do not wait on it and have no check to stop at (the layer norms
-of the two products before it, say), one after the other on the other core: each is the same call
-either way. A kernel large enough for its launcher to split its rows over
+consecutive commands after it that do not wait on it and have no check to stop at (kernels and
+copies), one after the other on the other core: each is the same call either way. A kernel large enough for its launcher to split its rows over
 threads (each row computed alone) is cut into shares of its rows by the same rule (`row_shares`).
 
 What each command reads and writes is taken at the probe from the arrays of its call: a command that

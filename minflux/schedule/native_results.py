@@ -83,24 +83,21 @@ class NewResults:
         used = sorted({k for t in templates for k in marks(t)})
         place = {k: p for p, k in enumerate(used)}
         return used, [(self.arrays[k].shape, self.arrays[k].dtype) for k in used], \
-            [_renumbered(t, place) for t in templates]
-
-
-def _renumbered(template, place: dict):
-    if isinstance(template, _Made):
-        return template.__class__(place[template])
-    if template.__class__ is list or template.__class__ is tuple:
-        return template.__class__(_renumbered(t, place) for t in template)
-    return template
+            [_replaced(t, lambda mark: mark.__class__(place[mark])) for t in templates]
 
 
 def filled(template, made):
     """``template`` (`NewResults.template`) with each mark ``k`` replaced by ``made[k]``."""
+    return _replaced(template, made.__getitem__)
+
+
+def _replaced(template, by):
+    """``template`` with each mark replaced by ``by(mark)``."""
     if isinstance(template, _Made):
-        return made[template]
+        return by(template)
     cls = template.__class__
     if cls is list or cls is tuple:
-        return cls(filled(t, made) for t in template)
+        return cls(_replaced(t, by) for t in template)
     return template
 
 

@@ -241,7 +241,8 @@ def broadcast_node(name: str, args: Sequence[Any], outputs: Sequence[Any], parti
         def vjp(g, needs):   # vjp_multi for one output, whose arguments have one term each
             wanted = [t for t in terms if needs[t[1]]]
             grads = [None] * n_args
-            if len(wanted) > 1 and not any(t[2].__class__ in _NUMBERS for t in wanted):
+            if len(wanted) > 1 and not any(t[2].__class__ in _NUMBERS for t in wanted) and \
+                    not (fresh and is_seed_broadcast(g)):   # the seed's gradients are the partials
                 sums = _gradient_sums([g], [t[2] for t in wanted], _one_term_each(len(wanted)), fresh)
                 for (_, k, _, shape, dtype), acc in zip(wanted, sums):
                     grads[k] = _finish(acc, shape, dtype)

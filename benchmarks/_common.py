@@ -34,11 +34,13 @@ def source_module(name: str, source: str):
 
 
 def machine() -> str:
-    """A one-line description of this machine: CPU model, core count, the versions of Python, numpy
+    """A one-line description of this machine: CPU model (and LLVM's name for its core, which tells
+    apart the generations a virtual machine names alike), core count, the versions of Python, numpy
     (with its BLAS and the kernels that BLAS runs), numba and MKL."""
     import numpy as np
 
     from minflux.runtime.gemm_choice import blas_kernels
+    from minflux.runtime.kernel_cache import host_tag
 
     model = platform.processor() or "unknown CPU"
     try:
@@ -48,7 +50,7 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return (f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__} "
+    return (f"{model} ({host_tag().split()[0]}), {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__} "
             f"({_blas(np)}; {blas_kernels() or 'no OpenBLAS kernels'}), {_version('numba')}, {_version('mkl')}")
 
 

@@ -159,6 +159,8 @@ def native_command(a, b, out, errstate: dict):
     parts = []
     for part in _parts(m, n, shares):
         share = (a, b[:, part], out[:, part]) if n >= m else (a[part], b, out[part])
+        if min(share[2].shape) < 2:   # numpy multiplies a single row or column by gemv, not gemm
+            return None
         parts.append(_gemm_command(library, *share, errstate, None))
         if parts[-1] is None:
             return None

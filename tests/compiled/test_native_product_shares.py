@@ -108,3 +108,27 @@ def test_training_with_products_cut_into_shares_equals_eager_to_the_bit_for_72_s
     monkeypatch.setattr(matrix_product, "_BLOCK", 4)   # the model's products are narrow: blocks of 4 columns
     form = native_form(trained_to_eagers_bits("hmlstm-branch-ln", seed=9))
     assert form.n_products > 0 and 2 in share_steps(form)
+
+
+def one_block_and_a_column(x, w):
+    """A product of 65 columns, cut in two by whole blocks of 64: the second share is a single column
+    (as an LSTM's four gates and a boundary of 16 units each are)."""
+    return np.add(matrix_product.matmul(x, w), 1.0)
+
+
+def test_a_share_of_one_column_stays_the_python_call_with_eagers_bits_for_72_calls(cut_in_two, numpys_product):
+    """numpy multiplies a single column by gemv, whose sums round otherwise than a gemm of one column:
+    such a product is left to its Python call, which cuts it the same way eagerly and replayed."""
+    rng = np.random.default_rng(5)
+
+    def operands():
+        return rng.normal(size=(8, 64)).astype(np.float32), rng.normal(size=(64, 65)).astype(np.float32)
+
+    x, w = operands()
+    assert matrix_product.native_command(x, w, np.empty((8, 65), np.float32), np.geterr()) is None
+    step = mf.compile(one_block_and_a_column)
+    for k in range(CALLS):
+        x, w = operands()
+        assert bits(step(x, w)) == bits(one_block_and_a_column(x, w)), f"call {k}"
+    form = native_form(step)
+    assert form is not None and form.n_products == 0   # the product stayed its Python call

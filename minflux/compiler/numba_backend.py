@@ -32,6 +32,7 @@ import functools
 import hashlib
 import math
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,7 @@ from ..runtime.kernel_loader import Kernel, load_kernel
 from ..runtime.native_runner import MAX_KERNEL_ARGUMENTS, copy_words, function_address, kernel_words, sequence
 from ..runtime.pointers import pointers
 from ..runtime.row_pool import run_rows
+from ..runtime.split_choice import SplitChoice
 from ..runtime.threads import PARALLEL_MIN_ELEMENTS, threads_now
 from .dtypes import kind_dtype
 from .errors import CompileError
@@ -339,7 +341,7 @@ class Launcher:
     signature and returns one array of ``shape`` per output (every decision made once): new, or
     ``out[k]`` where ``out`` gives one (C-contiguous, of the output's dtype)."""
 
-    __slots__ = ("kernel", "plan", "shape", "out_dtypes", "head", "reads", "chunks")
+    __slots__ = ("kernel", "plan", "shape", "out_dtypes", "head", "reads", "chunks", "splitting")
 
     def __init__(self, kernel: Kernel, plan: Plan, out_dtypes: list, shape: tuple):
         self.kernel, self.plan, self.shape, self.out_dtypes = kernel, plan, shape, out_dtypes
@@ -347,6 +349,7 @@ class Launcher:
         self.reads = [(k, how) for k, how in enumerate(plan.reads) if how]   # the inputs not read in place
         chunks = min(plan.rows, LOOP_CHUNKS) if kernel.has_loops else 1
         self.chunks = [(plan.rows * c // chunks, plan.rows * (c + 1) // chunks) for c in range(chunks)]
+        self.splitting = SplitChoice()   # whether a large launch gains from splitting its rows, measured
 
     def __call__(self, arrays: list, out: list | None = None) -> list:
         shape = self.shape
@@ -362,9 +365,13 @@ class Launcher:
                 for r0, r1 in self.chunks:
                     self.kernel.call(r0, r1, *args)
             else:
-                n_threads = min(threads_now(), self.plan.rows)
+                free = min(threads_now(), self.plan.rows)
+                n_threads = self.splitting.threads(free)
+                start = time.perf_counter()
                 for r0, r1 in self.chunks:
                     run_rows(self.kernel.call, r0, r1, n_threads, args)
+                if free > 1:
+                    self.splitting.took(n_threads, time.perf_counter() - start)
         return results
 
     def _read(self, arrays: list) -> list:
@@ -382,8 +389,9 @@ class Launcher:
         elements). An input the kernel reads through a copy is copied by the command (rows of bytes)
         into the copy the probe made; a numpy scalar input is read from a cell of its own, which the
         command's ``refresh`` writes from each call's scalar of the same type (as functions of
-        ``arrays``). A launch large enough to split over threads is a command whose rows may run in
-        shares at once (``rows``), as the launch splits them, where it reads no copy."""
+        ``arrays``). A launch large enough to split over threads, unless its calls measured faster on one
+        (`SplitChoice`), is a command whose rows may run in shares at once (``rows``), as the launch
+        splits them, where it reads no copy."""
         total = self.plan.total
         if (not total or len(self.chunks) != 1 or any(o is None for o in out)
                 or 2 + len(self.head) + len(arrays) + len(out) > MAX_KERNEL_ARGUMENTS
@@ -401,7 +409,7 @@ class Launcher:
                 cells.append((k, arrays[k].__class__, read[k]))
         command = kernel_words(function_address(self.kernel.call), [0, self.plan.rows, *self.head],
                                pointers([*read, *out]))
-        if total >= PARALLEL_MIN_ELEMENTS:
+        if total >= PARALLEL_MIN_ELEMENTS and self.splitting.splits is not False:
             return command._replace(rows=self.plan.rows)
         if gathers:
             command = sequence(*gathers, command)

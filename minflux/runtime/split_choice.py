@@ -1,0 +1,58 @@
+"""Whether a repeated call gains from splitting over threads, learned from its own first calls.
+
+Handing a share to a sleeping worker costs the time its core takes to wake, which differs between
+machines by an order of magnitude (a few microseconds on an idle bare-metal core; 25-55 us on a
+2-core virtual machine whose idle cores halt, measured through `minflux.runtime.row_pool`), so no
+fixed size says where a split starts to pay. A large kernel's launcher therefore times its first
+calls alternately on one thread and split, `TRIES` of each, and keeps the faster way for good. The
+way a call runs never changes its result: a kernel computes each row alone, whichever thread runs it.
+
+>>> choice, ways = SplitChoice(), []
+>>> for _ in range(2 * TRIES):      # measuring: split, then one thread, in turn
+...     n = choice.threads(2)
+...     ways.append(n)
+...     choice.took(n, 0.4 if n == 2 else 1.0)
+>>> ways, choice.splits, choice.threads(2)
+([2, 1, 2, 1, 2, 1], True, 2)
+"""
+from __future__ import annotations
+
+__all__ = ["TRIES", "SplitChoice"]
+
+TRIES = 3
+"""Calls timed each way before the choice is made; the best of them counts."""
+
+
+class SplitChoice:
+    """The choice of one repeated call: ``splits`` is None while measuring, then True or False.
+
+    >>> choice = SplitChoice()
+    >>> for n, seconds in [(1, 1.0), (2, 1.5)] * TRIES:
+    ...     choice.took(n, seconds)
+    >>> choice.threads(2), choice.splits
+    (1, False)
+    """
+
+    __slots__ = ("best", "counts", "splits")
+
+    def __init__(self):
+        self.best = [float("inf"), float("inf")]   # one thread, split
+        self.counts = [0, 0]
+        self.splits: bool | None = None
+
+    def threads(self, free: int) -> int:
+        """The threads the next call runs on, given the ``free`` ones: while measuring, split and
+        one thread in turn (split first)."""
+        if free <= 1 or self.splits is False:
+            return 1
+        return free if self.splits or self.counts[1] <= self.counts[0] else 1
+
+    def took(self, n_threads: int, seconds: float) -> None:
+        """Note that a call on ``n_threads`` threads took ``seconds``."""
+        if self.splits is not None:
+            return
+        way = int(n_threads > 1)
+        self.counts[way] += 1
+        self.best[way] = min(self.best[way], seconds)
+        if min(self.counts) >= TRIES:
+            self.splits = self.best[1] < self.best[0]

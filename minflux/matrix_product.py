@@ -15,8 +15,9 @@ spin while they wait for the next product, which on a busy machine costs many ti
 product large enough to pay for a second thread is instead split into column (or row) blocks that
 run on minflux's sleeping worker pool (over the cores other work leaves free,
 `minflux.runtime.threads.threads_now`), each block one single-threaded BLAS call writing its part
-of the result. Small products, batched products of matrices and non-numpy arrays go straight to the
-array module's ``matmul``.
+of the result; the blocks of a shape run one after the other where its first calls measured that
+faster than at once (`minflux.runtime.split_choice`). Small products, batched products of matrices
+and non-numpy arrays go straight to the array module's ``matmul``.
 
 >>> import numpy as np
 >>> a, b = np.ones((64, 512), np.float32), np.ones((512, 1024), np.float32)
@@ -32,6 +33,7 @@ import numpy as np
 from .backend import get_array_module
 from .runtime.allocator import prepare_process
 from .runtime.row_pool import run_rows
+from .runtime.split_choice import SplitChoice
 from .runtime.threads import get_num_threads, threads_now
 from .runtime import gemm_provider, native_runner
 from .runtime.pointers import pointers
@@ -48,6 +50,7 @@ A default that costs more CPU than one thread is not the fast setting on a busy 
 products from 2^27 split."""
 
 _BLOCK = 64   # columns (or rows) per unit of work: whole register tiles of the GEMM kernels
+_at_once: dict = {}   # (shape, dtype, library, cut) -> whether a cut product's shares gain from running at once
 
 
 @operation(results="out")
@@ -125,7 +128,9 @@ def _matmul_2d(a, b, out=None):
                 else:
                     _product(library, a[part], b, out[part])
 
-    run_rows(run, 0, shares, threads_now(), ())
+    key = (m, k, n, dtype, library is None, by_columns)
+    choice = _at_once.get(key) or _at_once.setdefault(key, SplitChoice())
+    choice.run(threads_now(), lambda threads: run_rows(run, 0, shares, threads, ()))
     return out
 
 

@@ -32,7 +32,6 @@ import functools
 import hashlib
 import math
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -365,13 +364,8 @@ class Launcher:
                 for r0, r1 in self.chunks:
                     self.kernel.call(r0, r1, *args)
             else:
-                free = min(threads_now(), self.plan.rows)
-                n_threads = self.splitting.threads(free)
-                start = time.perf_counter()
-                for r0, r1 in self.chunks:
-                    run_rows(self.kernel.call, r0, r1, n_threads, args)
-                if free > 1:
-                    self.splitting.took(n_threads, time.perf_counter() - start)
+                self.splitting.run(min(threads_now(), self.plan.rows), lambda n_threads: [
+                    run_rows(self.kernel.call, r0, r1, n_threads, args) for r0, r1 in self.chunks])
         return results
 
     def _read(self, arrays: list) -> list:

@@ -17,6 +17,8 @@ way a call runs never changes its result: a kernel computes each row alone, whic
 """
 from __future__ import annotations
 
+import time
+
 __all__ = ["TRIES", "SplitChoice"]
 
 TRIES = 3
@@ -46,6 +48,22 @@ class SplitChoice:
         if free <= 1 or self.splits is False:
             return 1
         return free if self.splits or self.counts[1] <= self.counts[0] else 1
+
+    def run(self, free: int, work) -> None:
+        """Call ``work(n_threads)`` on the threads this choice gives for ``free`` ones, timing the call
+        while measuring (only where a second thread was free: a busy machine says nothing of splitting).
+
+        >>> choice = SplitChoice()
+        >>> choice.run(2, lambda n: None); choice.counts
+        [0, 1]
+        """
+        n_threads = self.threads(free)
+        if self.splits is not None or free <= 1:
+            work(n_threads)
+            return
+        start = time.perf_counter()
+        work(n_threads)
+        self.took(n_threads, time.perf_counter() - start)
 
     def took(self, n_threads: int, seconds: float) -> None:
         """Note that a call on ``n_threads`` threads took ``seconds``."""

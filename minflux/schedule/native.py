@@ -34,7 +34,8 @@ A statement that became commands keeps, where later Python statements read its r
 assignment of that result (the same arena arrays every call); views (an index, a reshape) that only
 commands read are not made at all. Consecutive commands form a segment, run by one call of the
 native runner, so a replay alternates segments and the Python calls that remain; within a segment,
-independent products large enough to gain from it run at once on the free cores (`native_groups`).
+independent products large enough to gain from it run at once on the free cores (`native_groups`),
+where their first calls measured that faster than in turn.
 The commands are the same kernel and the same BLAS routine on the same operands, so the native form
 gives the Python form's bits; each product is checked once against its Python call's bits before it is used. A numpy
 product checks the floating-point status flags numpy's error state acts on, as numpy does; where one
@@ -56,6 +57,7 @@ import numpy as np
 from ..runtime import native_runner
 from ..runtime.pointers import pointers
 from ..runtime.row_pool import run_rows
+from ..runtime.split_choice import SplitChoice
 from ..runtime.threads import threads_now, usable_cores
 from . import native_groups
 from .native_places import Places
@@ -291,6 +293,7 @@ class NativeForm:
                     needed.update(st.reads)
                     python_after = True
         result, segment, stubs, n_segments, members = [], None, [], 0, []
+        choices: dict = {}   # steps of like commands share the choice to run them at once or in turn
 
         def close():
             nonlocal segment, stubs, n_segments, members
@@ -301,7 +304,9 @@ class NativeForm:
                 shares = [work[i][1] for i in members]
                 if len(order) < len(members) or any(shares):
                     steps = native_groups.word_steps(order, [natives[i][:2] for i in members], shares)
-                    call = [self.in_groups, steps]
+                    keys = [None if step[0].__class__ is int else native_groups.step_key(self.program, step)
+                            for step in steps]
+                    call = [self.in_groups, steps, [key and choices.setdefault(key, SplitChoice()) for key in keys]]
                     groups = [step for step in order if step.__class__ is tuple]
                     self.n_grouped += sum(len(step) for step in groups if step[-1].__class__ is int)
                     self.n_beside += sum(1 for step in groups if step[-1].__class__ is list)
@@ -365,24 +370,28 @@ class NativeForm:
             if first >= end:
                 return
 
-    def in_groups(self, steps: list) -> None:
+    def in_groups(self, steps: list, choices: list) -> None:
         """Run a segment's ``steps`` (`native_groups.word_steps`): the commands of a word range in turn,
         the products of a group (or a product and the commands beside it), a kernel's row shares or a
-        product's shares at once on the threads free now (one after the other where that is one);
-        where a product's check failed, the group's products are run again in turn."""
-        for step in steps:
-            if step[0].__class__ is int:
+        product's shares at once on the threads free now, or one after the other where one is free or
+        the step's first calls measured that faster (its `SplitChoice` in ``choices``, shared by the
+        steps of like commands); where a product's check failed, the group's products are run again in
+        turn. Each command is the same call either way."""
+        for step, choice in zip(steps, choices):
+            if choice is None:
                 self.segment(*step)
-                continue
-            threads = min(threads_now(), len(step))
-            if threads > 1:
-                run_rows(self._run_ranges, 0, len(step), threads, (step,))
-                if self.program[0] < 0:
-                    continue
-                self.program[0] = -1
-                step = [words for words in step if words.__class__ is not native_groups.Beside]   # ran whole
-            for first, end in _joined(step):   # one product's shares: its redo does them all, once
-                self.segment(first, end)
+            else:
+                choice.run(min(threads_now(), len(step)), lambda threads, step=step: self._step(step, threads))
+
+    def _step(self, step: tuple, threads: int) -> None:
+        if threads > 1:
+            run_rows(self._run_ranges, 0, len(step), threads, (step,))
+            if self.program[0] < 0:
+                return
+            self.program[0] = -1
+            step = [words for words in step if words.__class__ is not native_groups.Beside]   # ran whole
+        for first, end in _joined(step):   # one product's shares: its redo does them all, once
+            self.segment(first, end)
 
     def _run_ranges(self, r0: int, r1: int, ranges: tuple) -> None:
         for first, end in ranges[r0:r1]:

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime.native_runner import COPY, GEMM, GEMM_WORDS
+from ..runtime.native_runner import COPY, GEMM, GEMM_WORDS, KERNEL
 from .recorder import Ref
 
 __all__ = ["GROUP_MIN_MULTIPLY_ADDS", "Beside", "apart", "accesses", "located", "multiply_adds", "plan", "row_shares",
-           "share_words", "word_steps"]
+           "share_words", "step_key", "word_steps"]
 
 GROUP_MIN_MULTIPLY_ADDS = 1 << 24
 """Products with fewer multiply-adds than this run alone. Two independent float32 products through
@@ -242,6 +242,26 @@ def share_words(first: int, command, cut: int) -> list:
     n = cut if cut > 1 else command.shares
     size = len(command.words) if cut > 1 else len(command.words) // n
     return [(first + size * k, first + size * (k + 1)) for k in range(n)] if n > 1 else []
+
+
+def step_key(program: np.ndarray, step: tuple) -> tuple:
+    """What tells a step of commands run at once (`word_steps`) from others in ``program``: for each of
+    its members, the length in words, the tag and routine of its first command, a product's dimensions
+    and a kernel's rows, so that the steps of like commands (one per time step) share what is learned
+    of them.
+
+    >>> from minflux.runtime.native_runner import gemm_words
+    >>> words = gemm_words(0, 1234, 111, 111, 2, 3, 4, 10, 4, 20, 3, 30, 3, 0, None).words
+    >>> step_key(np.array([-1, *words]), ((1, 15),)) == ((14, GEMM, 1234, 2, 3, 4),)
+    True
+    """
+    key = []
+    for first, end in step:
+        tag, routine = int(program[first]), int(program[first + 1])
+        dims = program[first + 4:first + 7] if GEMM <= tag < COPY else \
+            program[first + 3:first + 5] if tag == KERNEL else ()
+        key.append((end - first, tag, routine, *map(int, dims)))
+    return tuple(key)
 
 
 class Beside(tuple):

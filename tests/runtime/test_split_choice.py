@@ -1,5 +1,6 @@
-"""A large kernel launch splits over threads only where its own first calls measured splitting faster,
-and gives the same bits either way."""
+"""A large kernel launch splits over threads, a cut product's shares and a native replay's steps of
+commands run at once, only where their own first calls measured that faster, and give the same bits
+either way."""
 from __future__ import annotations
 
 import time
@@ -104,3 +105,71 @@ def test_a_compiled_step_gives_eagers_bits_for_72_calls_whichever_way_its_kernel
         got, want = compiled(x, b), step(x, b)
         assert bits(got[0]) == bits(want[0]) and bits(got[1][0]) == bits(want[1][0]), f"call {k}"
     assert native_form(compiled) is not None
+
+
+
+def cut_products_with(monkeypatch, slow: str) -> dict:
+    """Products cut in two with two cores free, the way named ``slow`` (shares at once: ``"split"``, or
+    in turn: ``"one"``) 20 ms slower; returns the threads each eager product and each native step of
+    shares ran on, under ``"eager"`` and ``"native"``."""
+    from minflux import matrix_product
+    from minflux.schedule import native
+
+    monkeypatch.setattr(matrix_product, "PARALLEL_MIN_MULTIPLY_ADDS", 1)
+    monkeypatch.setattr(matrix_product, "get_num_threads", lambda: 2)
+    for module in (native, matrix_product):
+        monkeypatch.setattr(module, "threads_now", lambda: 2)
+    monkeypatch.setattr(native, "usable_cores", lambda: 2)
+    ran = {"eager": [], "native": []}
+    real_run_rows = matrix_product.run_rows
+
+    def run_rows(call, r0, r1, n_threads, args):   # the eager product asks the pool either way
+        ran["eager"].append(n_threads)
+        if (n_threads > 1) == (slow == "split"):
+            time.sleep(0.02)
+        real_run_rows(call, r0, r1, n_threads, args)
+
+    monkeypatch.setattr(matrix_product, "run_rows", run_rows)
+    real_step = native.NativeForm._step
+
+    def step(self, step, threads):
+        ran["native"].append(threads)
+        if (threads > 1) == (slow == "split"):
+            time.sleep(0.02)
+        real_step(self, step, threads)
+
+    monkeypatch.setattr(native.NativeForm, "_step", step)
+    return ran
+
+
+@pytest.mark.parametrize("slow, kept", [("split", 1), ("one", 2)])
+def test_a_cut_products_shares_run_at_once_only_where_that_measured_faster(monkeypatch, slow, kept):
+    from minflux import matrix_product
+    from tests.compiled.test_models_compiled import bits
+
+    ran = cut_products_with(monkeypatch, slow)["eager"]
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((8, 16)), rng.standard_normal((16, 130 + kept))   # a shape of its own: measured afresh
+    first = bits(matrix_product.matmul(a, b))
+    for _ in range(2 * TRIES + 3):
+        assert bits(matrix_product.matmul(a, b)) == first   # at once or in turn, the same calls
+    assert ran[:2 * TRIES] == [2, 1] * TRIES and ran[2 * TRIES:] == [kept] * 4
+
+
+@pytest.mark.parametrize("slow, kept", [("split", 1), ("one", 2)])
+def test_a_native_steps_shares_run_at_once_only_where_that_measured_faster_with_eagers_bits(monkeypatch, slow, kept):
+    from tests.compiled.test_models_compiled import CALLS, bits
+    from tests.compiled.test_native_product_shares import inputs, share_steps, two_products
+    from tests.compiled.test_native_replay import native_form
+
+    ran = cut_products_with(monkeypatch, slow)["native"]
+    monkeypatch.setattr("minflux.schedule.replay.COMPILE_AFTER", 5)
+    rng = np.random.default_rng(4)
+    step = mf.compile(two_products)
+    for k in range(CALLS):
+        args = inputs(rng, np.float32)
+        assert [bits(a) for a in step(*args)] == [bits(a) for a in two_products(*args)], f"call {k}"
+    assert share_steps(native_form(step)) == [2, 2]
+    measured = [2, 1] * TRIES    # each of the two products' steps, alternately at once and in turn
+    assert ran[:4 * TRIES] == [n for n in measured for _ in range(2)]
+    assert ran[4 * TRIES:] == [kept] * (len(ran) - 4 * TRIES)

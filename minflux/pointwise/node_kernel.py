@@ -31,6 +31,7 @@ from ..runtime.kernel_loader import load_ir_kernel
 from ..runtime.native_runner import MAX_KERNEL_ARGUMENTS, function_address, kernel_words
 from ..runtime.pointers import pointers
 from ..runtime.row_pool import run_rows
+from ..runtime.split_choice import SplitChoice
 from ..runtime.threads import PARALLEL_MIN_ELEMENTS, threads_now
 
 __all__ = ["Walk", "gradient_sums", "gradient_sums_command", "kernel_ir", "walk"]
@@ -173,6 +174,7 @@ _TAG = {"float": "f32", "double": "f64"}
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _kernels: dict = {}
 _lock = threading.Lock()
+_splitting: dict = {}   # (kernel, elements, rows) -> whether its rows gain from running split (`SplitChoice`)
 
 
 def _kernel(structure: tuple, n_grads: int, n_partials: int, dtype: np.dtype, in_place: bool, steps: tuple | None):
@@ -196,6 +198,8 @@ def gradient_sums(grads: list, partials: list, structure: tuple, in_place: bool 
     Returns one new array per sum (or ``sums``, written), or with ``in_place`` each sum's first
     partial, overwritten with the sum (for partials no one else holds). ``how``: `walk` of the
     arrays when the caller has it (of the partials written ``in_place``, of ``sums`` where given).
+    Large sums split their rows over the free threads where their first calls measured that faster
+    (`minflux.runtime.split_choice`); each row is summed alone, so the bits are the same either way.
 
     >>> g, p = [np.full(3, 2.0)], [np.arange(3.0), np.ones(3)]
     >>> [s.tolist() for s in gradient_sums(g, p, (((0, 0), (0, 1)), ((0, 1),)))]
@@ -223,7 +227,10 @@ def gradient_sums(grads: list, partials: list, structure: tuple, in_place: bool 
         if how.total < PARALLEL_MIN_ELEMENTS:
             kernel.call(0, how.rows, *args)
         else:
-            run_rows(kernel.call, 0, how.rows, min(threads_now(), how.rows), args)
+            key = (kernel, how.total, how.rows)
+            choice = _splitting.get(key) or _splitting.setdefault(key, SplitChoice())
+            choice.run(min(threads_now(), how.rows),
+                       lambda n_threads: run_rows(kernel.call, 0, how.rows, n_threads, args))
     return sums
 
 

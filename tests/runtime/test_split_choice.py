@@ -173,3 +173,28 @@ def test_a_native_steps_shares_run_at_once_only_where_that_measured_faster_with_
     measured = [2, 1] * TRIES    # each of the two products' steps, alternately at once and in turn
     assert ran[:4 * TRIES] == [n for n in measured for _ in range(2)]
     assert ran[4 * TRIES:] == [kept] * (len(ran) - 4 * TRIES)
+
+
+@pytest.mark.parametrize("slow, kept", [("split", 1), ("one", 2)])
+def test_a_nodes_gradient_sums_split_only_where_that_measured_faster(monkeypatch, slow, kept):
+    from minflux.pointwise import node_kernel
+
+    monkeypatch.setattr(node_kernel, "PARALLEL_MIN_ELEMENTS", 16)
+    monkeypatch.setattr(node_kernel, "threads_now", lambda: 2)
+    asked = []
+    real = node_kernel.run_rows
+
+    def run_rows(call, r0, r1, n_threads, args):
+        asked.append(n_threads)
+        if (n_threads > 1) == (slow == "split"):
+            time.sleep(0.02)
+        real(call, r0, r1, n_threads, args)
+
+    monkeypatch.setattr(node_kernel, "run_rows", run_rows)
+    rng = np.random.default_rng(5)
+    g, p, q = rng.standard_normal((3, 4 + kept, 1024))   # rows of 1024 elements; a shape of its own
+    want = (g.astype(np.float64) * p + g * q).tobytes()
+    for _ in range(2 * TRIES + 4):
+        (got,) = node_kernel.gradient_sums([g], [p, q], (((0, 0), (0, 1)),))
+        assert got.tobytes() == want   # each term rounded, added in order: numpy's bits either way
+    assert asked[:2 * TRIES] == [2, 1] * TRIES and asked[2 * TRIES:] == [kept] * 4

@@ -29,6 +29,10 @@ from pathlib import Path
 SETTINGS = ("one", "all")
 MAX_ONE_CORE_RATIO = 1.05
 RESULTS_FORMAT = "own-process-1"   # what `compare` returns; the README's tables are rendered from it
+WARMUP_CALLS = 6
+"""Untimed calls before a case's timed ones: minflux's kernels, cut products and native steps learn in
+their first calls, `TRIES` each way, whether running split pays (`minflux.runtime.split_choice`), so
+timing starts once that is settled, for every implementation alike."""
 _KEY = "|"                         # case|index: a reference array's name in its .npz file
 _THREAD_VARIABLES = ("MINFLUX_NUM_THREADS", "NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                      "MKL_NUM_THREADS", "PJRT_NPROC", "XLA_FLAGS")
@@ -304,7 +308,7 @@ def check_close(label: str, got, expected, rtol: float = 1e-4, atol: float = 1e-
 
 
 def time_case(run, expected: list, repeats: int, result=None, rtol: float = 1e-4, atol: float = 1e-5,
-              label: str = "", warmup: int = 1) -> dict:
+              label: str = "", warmup: int = WARMUP_CALLS) -> dict:
     """One case of a worker: ``run()`` once (its compiles included: ``first_call_s``), its arrays
     (``result()``'s, when given) checked against ``expected`` (`check_close`: ``max_error``), then
     ``warmup`` untimed calls and ``repeats`` timed ones (`timed`: ``samples``).

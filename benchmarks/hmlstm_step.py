@@ -9,12 +9,14 @@ implementation starts from the same weights (the peers are built from the minflu
 same tokens.
 
 Each measurement is a fresh process (`_own_process`): one implementation, its first step
-(compilation included: numba kernels from a warm disk cache, XLA's compile, PyTorch's none), then
+(compilation included: numba kernels from a warm disk cache, XLA's compile, PyTorch's none), for
+minflux's native form the steps until its native replays learned what to run at once, then
 ``--steps`` timed steps, each with its wall and CPU time, then the step's peak memory (the process's
 peak resident set during a step, reset through ``/proc/self/clear_refs``, minus its resident set
-before it after ``malloc_trim``, plus the buffers a compiled step keeps for its intermediates). Rounds alternate the implementations' order; the table gives
-medians over every round's steps. In the one-core setting a process whose CPU time exceeds its wall
-time by more than 5% is marked invalid.
+before it after ``malloc_trim``, plus the buffers a compiled step keeps for its intermediates).
+Rounds alternate the implementations' order; the table gives medians over every round's steps.
+In the one-core setting a process whose CPU time exceeds its wall time by more than 5% is marked
+invalid.
 
     python benchmarks/hmlstm_step.py [--sizes small,default,ptb] [--rounds 3] [--steps 3]
         [--impls auto,compiled,native,torch,jax] [--layer-norm off,on] [--settings one,all]
@@ -32,8 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _own_process import (alternate, configure_torch, cores, cpu_wall_cell, setting_label,  # noqa: E402
-                          settings_note, summarise, timed)
+from _own_process import (WARMUP_CALLS, alternate, configure_torch, cores, cpu_wall_cell,  # noqa: E402
+                          setting_label, settings_note, summarise, timed)
 
 SIZES = {
     "small": dict(hidden=128, layers=2, embed=128, output_embed=None, batch=32, length=50,
@@ -103,10 +105,11 @@ def minflux_step(size, layer_norm, mode, compiled=False, steady=False, native=Tr
         step.boundaries = run(model, opt, x, y, state)
 
     def settle() -> float | None:
-        """Step until a replay ran (fusion decides in the first calls); the seconds of the call that
-        made the kept recording, or None when it was an earlier one."""
+        """Step until a replay ran (fusion decides in the first calls), and for the native form until
+        its steps of commands run at once learned whether that pays (`WARMUP_CALLS` native replays);
+        the seconds of the call that made the kept recording, or None when it was an earlier one."""
         seconds = None
-        while run.replays < (2 if steady and native else 1):
+        while run.replays < (1 + WARMUP_CALLS if steady and native else 1):
             before, start = run.recordings, time.perf_counter()
             step()
             if run.recordings > before:
@@ -269,7 +272,9 @@ def table(results: dict, rounds: int, steps: int, load: list) -> str:
              "function writing into buffers allocated once, which its peak memory includes), compiled "
              "here at the first replay; (native) is the form a run reaches at the step after, where the kernels, "
              "products, arithmetic and copies the replay probed for run as native commands between the "
-             "Python calls that remain, built here at the second replay (the default); (Python replay) "
+             "Python calls that remain, built here at the second replay (the default) and timed once its "
+             f"first {WARMUP_CALLS} native replays learned which of its steps gain from running at once; "
+             "(Python replay) "
              "stays in the straight-line function (`MINFLUX_NATIVE_REPLAY=0`). The seconds of the call "
              "that recorded them follow the first step.\n")
     return text

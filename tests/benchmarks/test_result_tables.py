@@ -59,3 +59,12 @@ def test_json_of_an_older_format_falls_back_to_the_markdown(tmp_path):
     (tmp_path / "arity.json").write_text(json.dumps({"dims": 1024, "results": {}}))
     (tmp_path / "arity.md").write_text("| old table |\n")
     assert runpy.run_path(str(BENCHMARKS / "readme_tables.py"))["block"]("arity", tmp_path) == "| old table |\n"
+
+
+def test_benchmarks_time_only_after_minflux_learned_how_to_run_its_calls():
+    """The untimed calls before a case cover a learned choice's trials of both ways."""
+    from _own_process import WARMUP_CALLS
+
+    from minflux.runtime.split_choice import TRIES
+
+    assert WARMUP_CALLS >= 2 * TRIES

@@ -30,13 +30,12 @@ def gate_for_slow_single_threads(x, b):
     return mf.sigmoid(x) * b if x > 0 else mf.tanh(x)
 
 
-def launches_with(monkeypatch, slow: str):
-    """Every kernel launch of 32 rows split over two threads when asked, the way named ``slow``
-    (``"split"`` or ``"one"``) taking 20 ms longer; returns the thread counts launches asked for."""
-    monkeypatch.setattr(numba_backend, "PARALLEL_MIN_ELEMENTS", 16)
-    monkeypatch.setattr(numba_backend, "threads_now", lambda: 2)
+def slowed_pool(monkeypatch, module, slow: str) -> list:
+    """``module``'s calls of the pool (``run_rows``) with two threads free, the way named ``slow``
+    (``"split"`` or ``"one"``) taking 20 ms longer; returns the thread counts they asked for."""
+    monkeypatch.setattr(module, "threads_now", lambda: 2)
     asked = []
-    real = numba_backend.run_rows
+    real = module.run_rows
 
     def run_rows(call, r0, r1, n_threads, args):
         asked.append(n_threads)
@@ -44,8 +43,15 @@ def launches_with(monkeypatch, slow: str):
             time.sleep(0.02)
         real(call, r0, r1, n_threads, args)
 
-    monkeypatch.setattr(numba_backend, "run_rows", run_rows)
+    monkeypatch.setattr(module, "run_rows", run_rows)
     return asked
+
+
+def launches_with(monkeypatch, slow: str):
+    """Every kernel launch of 32 rows split over two threads when asked, the way named ``slow``
+    (``"split"`` or ``"one"``) taking 20 ms longer; returns the thread counts launches asked for."""
+    monkeypatch.setattr(numba_backend, "PARALLEL_MIN_ELEMENTS", 16)
+    return slowed_pool(monkeypatch, numba_backend, slow)
 
 
 @pytest.mark.parametrize("slow, kept, f", [("split", 1, scaled_tanh_for_slow_splits),
@@ -117,19 +123,9 @@ def cut_products_with(monkeypatch, slow: str) -> dict:
 
     monkeypatch.setattr(matrix_product, "PARALLEL_MIN_MULTIPLY_ADDS", 1)
     monkeypatch.setattr(matrix_product, "get_num_threads", lambda: 2)
-    for module in (native, matrix_product):
-        monkeypatch.setattr(module, "threads_now", lambda: 2)
+    monkeypatch.setattr(native, "threads_now", lambda: 2)
     monkeypatch.setattr(native, "usable_cores", lambda: 2)
-    ran = {"eager": [], "native": []}
-    real_run_rows = matrix_product.run_rows
-
-    def run_rows(call, r0, r1, n_threads, args):   # the eager product asks the pool either way
-        ran["eager"].append(n_threads)
-        if (n_threads > 1) == (slow == "split"):
-            time.sleep(0.02)
-        real_run_rows(call, r0, r1, n_threads, args)
-
-    monkeypatch.setattr(matrix_product, "run_rows", run_rows)
+    ran = {"eager": slowed_pool(monkeypatch, matrix_product, slow), "native": []}   # eager: the pool either way
     real_step = native.NativeForm._step
 
     def step(self, step, threads):
@@ -180,17 +176,7 @@ def test_a_nodes_gradient_sums_split_only_where_that_measured_faster(monkeypatch
     from minflux.pointwise import node_kernel
 
     monkeypatch.setattr(node_kernel, "PARALLEL_MIN_ELEMENTS", 16)
-    monkeypatch.setattr(node_kernel, "threads_now", lambda: 2)
-    asked = []
-    real = node_kernel.run_rows
-
-    def run_rows(call, r0, r1, n_threads, args):
-        asked.append(n_threads)
-        if (n_threads > 1) == (slow == "split"):
-            time.sleep(0.02)
-        real(call, r0, r1, n_threads, args)
-
-    monkeypatch.setattr(node_kernel, "run_rows", run_rows)
+    asked = slowed_pool(monkeypatch, node_kernel, slow)
     rng = np.random.default_rng(5)
     g, p, q = rng.standard_normal((3, 4 + kept, 1024))   # rows of 1024 elements; a shape of its own
     want = (g.astype(np.float64) * p + g * q).tobytes()

@@ -179,7 +179,7 @@ def test_a_nodes_gradient_sums_split_only_where_that_measured_faster(monkeypatch
     asked = slowed_pool(monkeypatch, node_kernel, slow)
     rng = np.random.default_rng(5)
     g, p, q = rng.standard_normal((3, 4 + kept, 1024))   # rows of 1024 elements; a shape of its own
-    want = (g.astype(np.float64) * p + g * q).tobytes()
+    want = (g * p + g * q).tobytes()
     for _ in range(2 * TRIES + 4):
         (got,) = node_kernel.gradient_sums([g], [p, q], (((0, 0), (0, 1)),))
         assert got.tobytes() == want   # each term rounded, added in order: numpy's bits either way

@@ -50,7 +50,7 @@ A default that costs more CPU than one thread is not the fast setting on a busy 
 products from 2^27 split."""
 
 _BLOCK = 64   # columns (or rows) per unit of work: whole register tiles of the GEMM kernels
-_at_once: dict = {}   # (shape, dtype, library, cut) -> whether a cut product's shares gain from running at once
+_at_once: dict = {}   # (shape, dtype, library, shares) -> whether a cut product's shares gain from running at once
 
 
 @operation(results="out")
@@ -128,7 +128,7 @@ def _matmul_2d(a, b, out=None):
                 else:
                     _product(library, a[part], b, out[part])
 
-    key = (m, k, n, dtype, library is None, by_columns)
+    key = (m, k, n, dtype, library is None, shares)
     choice = _at_once.get(key) or _at_once.setdefault(key, SplitChoice())
     choice.run(threads_now(), lambda threads: run_rows(run, 0, shares, threads, ()))
     return out

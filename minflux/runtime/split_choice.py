@@ -3,9 +3,11 @@
 Handing a share to a sleeping worker costs the time its core takes to wake, which differs between
 machines by an order of magnitude (a few microseconds on an idle bare-metal core; 25-55 us on a
 2-core virtual machine whose idle cores halt, measured through `minflux.runtime.row_pool`), so no
-fixed size says where a split starts to pay. A large kernel's launcher therefore times its first
-calls alternately on one thread and split, `TRIES` of each, and keeps the faster way for good. The
-way a call runs never changes its result: a kernel computes each row alone, whichever thread runs it.
+fixed size says where a split starts to pay. A large kernel's launcher, a node's gradient sums, a
+product cut into shares and each step of a native replay that runs commands at once therefore time
+their first calls alternately on one thread and split, `TRIES` of each, and keep the faster way for
+good. The way a call runs never changes its result: each row, share or command is the same call
+whichever thread runs it.
 
 >>> choice, ways = SplitChoice(), []
 >>> for _ in range(2 * TRIES):      # measuring: split, then one thread, in turn

@@ -34,8 +34,8 @@ __all__ = ["PARALLEL_MIN_ELEMENTS", "blas_threads", "get_num_threads", "set_num_
 
 PARALLEL_MIN_ELEMENTS = 1 << 17
 """Elements below which a kernel runs on the calling thread: a second thread costs more CPU than it
-saves time (measured). Above it, each kernel's launcher measures whether splitting pays on this
-machine (`minflux.runtime.split_choice`)."""
+saves time (measured). Above it, each kernel's launcher (and a node's gradient sums) measures
+whether splitting pays on this machine (`minflux.runtime.split_choice`)."""
 
 _blas_limited = False
 

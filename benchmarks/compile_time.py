@@ -1,10 +1,13 @@
-"""Compile time of the cell update's kernels: cold, and in a new process with a warm disk cache.
+"""Compile time of kernels and of the native runner: cold, and in a new process with a warm disk cache.
 
 Each measurement runs in a fresh Python process with ``MINFLUX_CACHE_DIR`` pointing at a new
-directory: the first process compiles (cold), the next ones load the kernels numba cached on disk
+directory: the first process compiles (cold), the next ones load what the first cached on disk
 (warm). Times are wall clock inside the process: ``import minflux``, then the first primal call and
-the first gradient of a small float32 cell update (each a different kernel), then a second,
-different elementwise function loaded in the same process. Medians over ``--repeats`` processes.
+the first gradient of a small float32 cell update (each a different kernel), a second, different
+elementwise function, the gradient of the arity benchmark's function of ten inputs in mixed mode and
+then in the element-local adjoint (each its own kernel; `benchmarks/arity.py`), and last the native
+runner that replays compiled steps (`minflux.runtime.native_runner.load_runner`). Medians over
+``--repeats`` processes.
 
     python benchmarks/compile_time.py      # writes benchmarks/results/compile_time.{json,md}
 """
@@ -29,6 +32,7 @@ CHILD = textwrap.dedent("""
     t0 = time.perf_counter()
     import numpy as np
     import minflux as mf
+    from minflux.runtime import native_runner
     t1 = time.perf_counter()
 
     @mf.elementwise
@@ -43,6 +47,12 @@ CHILD = textwrap.dedent("""
     def gate(x, h):
         return mf.sigmoid(x) * h
 
+    def arity_10(x0, x1, x2, x3, x4, x5, x6, x7, x8, x9):
+        return ((x0 if x0 > 0.5 else -x0) * (x1 if x1 > 0.5 else -x1) * (x2 if x2 > 0.5 else -x2)
+                * (x3 if x3 > 0.5 else -x3) * (x4 if x4 > 0.5 else -x4) * (x5 if x5 > 0.5 else -x5)
+                * (x6 if x6 > 0.5 else -x6) * (x7 if x7 > 0.5 else -x7) * (x8 if x8 > 0.5 else -x8)
+                * (x9 if x9 > 0.5 else -x9))
+
     rng = np.random.default_rng(0)
     z, zb = (rng.random((64, 1)) < 0.5).astype(np.float32), (rng.random((64, 1)) < 0.5).astype(np.float32)
     c, f, i, g = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(4))
@@ -53,9 +63,19 @@ CHILD = textwrap.dedent("""
     t4 = time.perf_counter()
     gate(c, f)
     t5 = time.perf_counter()
+    xs = [rng.uniform(-1, 1, (64, 64)).astype(np.float32) for _ in range(10)]
+    arity = {}
+    for mode in ("mixed", "adjoint"):
+        start = time.perf_counter()
+        mf.gradient(lambda *xs: mf.sum(mf.broadcast(arity_10, *xs, mode=mode)), *xs)
+        arity[mode] = time.perf_counter() - start
+    t6 = time.perf_counter()
+    native_runner.load_runner()
+    t7 = time.perf_counter()
     print(json.dumps({"import minflux": t1 - t0, "first call (primal kernel)": t3 - t2,
                       "first gradient (dual kernel)": t4 - t3, "another function": t5 - t4,
-                      "numba imported by import minflux": "numba" in sys.modules}))
+                      "arity-10 gradient, mixed": arity["mixed"], "arity-10 gradient, adjoint": arity["adjoint"],
+                      "native runner": t7 - t6, "numba imported by import minflux": "numba" in sys.modules}))
 """)
 
 
@@ -77,13 +97,15 @@ def main():
         cache = Path(tempfile.mkdtemp(prefix="minflux-compile-"))
         cold.append(run_child(cache))
         warm.append(run_child(cache))
-    keys = ["import minflux", "first call (primal kernel)", "first gradient (dual kernel)", "another function"]
+    keys = ["import minflux", "first call (primal kernel)", "first gradient (dual kernel)", "another function",
+            "arity-10 gradient, mixed", "arity-10 gradient, adjoint", "native runner"]
     summary = {label: {k: statistics.median(r[k] for r in runs) for k in keys}
                for label, runs in (("cold cache", cold), ("warm disk cache, new process", warm))}
     rows = [[label] + [f"{summary[label][k]:.3f}" for k in keys] for label in summary]
     table = ("Seconds in a fresh process, median of "
              f"{args.repeats} (`python benchmarks/compile_time.py`): the float32 cell update's primal "
-             "and gradient kernels, then a second small function.\n\n"
+             "and gradient kernels, a second small function, the arity benchmark's function of ten inputs "
+             "differentiated in mixed mode and in the adjoint, then the native runner.\n\n"
              + markdown_table(["disk cache"] + keys, rows))
     write_results("compile_time", {"summary": summary, "cold": cold, "warm": warm}, table)
 

@@ -152,6 +152,20 @@ def test_a_cut_products_shares_run_at_once_only_where_that_measured_faster(monke
     assert ran[:2 * TRIES] == [2, 1] * TRIES and ran[2 * TRIES:] == [kept] * 4
 
 
+def test_a_product_cut_into_more_shares_measures_afresh(monkeypatch):
+    from minflux import matrix_product
+
+    ran = cut_products_with(monkeypatch, "split")["eager"]
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((8, 16)), rng.standard_normal((16, 3 * matrix_product._BLOCK))
+    for _ in range(2 * TRIES + 2):   # two shares: in turn measured faster
+        matrix_product.matmul(a, b)
+    monkeypatch.setattr(matrix_product, "get_num_threads", lambda: 3)   # the same shape, now cut in three
+    for _ in range(2 * TRIES + 2):
+        matrix_product.matmul(a, b)
+    assert ran == [2, 1] * TRIES + [1, 1] + [2, 1] * TRIES + [1, 1]
+
+
 @pytest.mark.parametrize("slow, kept", [("split", 1), ("one", 2)])
 def test_a_native_steps_shares_run_at_once_only_where_that_measured_faster_with_eagers_bits(monkeypatch, slow, kept):
     from tests.compiled.test_models_compiled import CALLS, bits

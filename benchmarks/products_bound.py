@@ -11,7 +11,12 @@ products alone: each on fresh arrays of its shape and strides through the same f
 split and threads as in the step), ``--repeats`` times; the product time is the sum over the step
 of each product's median. ``step / products`` is how many times its products' time a step takes:
 everything beyond them (kernels, structural operations, the optimiser, the replay's own Python) is
-what a native step can shrink.
+what a native step can shrink. The second table says where a one-core step's time goes: every
+command of its native form run alone (best of ``--repeats``, on the step's own arrays, warm in
+cache), summed by kind; the products Python statements call and the guard's walk of the call's arguments and
+free variables (both timed in the step); and the rest of the step: the other Python statements
+between native segments and what the commands cost in sequence beyond alone (where the step runs
+commands at once, as on more cores, the parts overlap and do not add up: the table has one core only).
 
     python benchmarks/products_bound.py [--sizes small,default,ptb] [--steps 5] [--settings one,all]
 """
@@ -90,16 +95,90 @@ def _products_alone(seen: list, repeats: int) -> dict:
             "shapes": len(counts)}
 
 
+COMMAND_KINDS = ("products", "kernels", "copies", "elementwise and sums", "numpy loops", "bookkeeping")
+
+
+def _command_kind(tag: int) -> str:
+    """The `COMMAND_KINDS` entry of a native runner command's tag."""
+    from minflux.runtime import native_runner_ir as ir
+
+    if tag == ir.KERNEL:
+        return "kernels"
+    if tag < ir.COPY:
+        return "products"
+    if tag == ir.COPY:
+        return "copies"
+    if tag >= ir.LOOP:
+        return "numpy loops"
+    return "bookkeeping" if ir.POWERS <= tag < ir.PREDICATE else "elementwise and sums"
+
+
+def _commands_alone(form, repeats: int) -> dict:
+    """Seconds and counts by `COMMAND_KINDS` of every command of the native form (a product's share
+    is one), each run alone on this thread, best of ``repeats``. Runs them again: the step's state is
+    spent."""
+    from minflux.runtime import native_runner
+
+    program, seconds, counts = form.program, dict.fromkeys(COMMAND_KINDS, 0.0), dict.fromkeys(COMMAND_KINDS, 0)
+    at = 1
+    while at < len(program):
+        end = at + native_runner.command_size(program, at)
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            native_runner.run(program, at, end)
+            best = min(best, time.perf_counter() - start)
+            program[0] = -1   # a check that stopped the walk (the state is spent) says nothing here
+        kind = _command_kind(int(program[at]))
+        seconds[kind] += best
+        counts[kind] += 1
+        at = end
+    return {"seconds": seconds, "counts": counts}
+
+
+def _timed_with_parts(step, steps: int) -> tuple[list, dict]:
+    """`timed` samples of ``steps`` calls, and the seconds per call spent in the guard's walk
+    (``"guard"``) and in products called from Python (``"python products"``) in them."""
+    import minflux.matrix_product as products
+    from minflux.compiled import guard
+
+    spent, originals = {"guard": 0.0, "python products": 0.0}, (guard.flatten, products._matmul_2d)
+
+    def timing(part, fn):
+        def timed_call(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[part] += time.perf_counter() - start
+        return timed_call
+
+    guard.flatten = timing("guard", guard.flatten)
+    products._matmul_2d = timing("python products", products._matmul_2d)
+    try:
+        samples = timed(step, steps)
+    finally:
+        guard.flatten, products._matmul_2d = originals
+    return samples, {part: seconds / steps for part, seconds in spent.items()}
+
+
 def worker(setting: str, size_name: str, steps: str, repeats: str) -> int:
-    """One size in this process: the step settled, its products noted, then timed (JSON)."""
+    """One size in this process: the step settled, its products noted, then timed, then its products
+    alone, and on one core its native commands alone (JSON)."""
     size = SIZES[size_name]
     step = minflux_step(size, size.get("layer_norm", False), "auto", compiled=True, steady=True)
     step.settle()
     step()                                   # the straight-line replay, its buffers planned
     seen = _products_of_one_replay(step)
-    samples = timed(step, int(steps))
-    alone = _products_alone(seen, int(repeats))
-    print(json.dumps({"samples": samples, **alone}))
+    samples, parts = _timed_with_parts(step, int(steps))
+    result = {"samples": samples, **_products_alone(seen, int(repeats)), "parts": parts}
+    if setting == "one":
+        (entry,) = step.compiled._entries.values()
+        form = entry.replay.native
+        native_calls = (form.segment, form.in_groups)
+        result.update(commands=_commands_alone(form, int(repeats)), python_statements=sum(
+            1 for st in form.statements if not (st.params and st.params[0] in native_calls)))
+    print(json.dumps(result))
     return 0
 
 
@@ -115,11 +194,44 @@ def table(results: dict) -> str:
     text = markdown_table(["size", "setting", "products / step", "G multiply-adds / step",
                            "products alone (ms)", "their GFLOP/s", "step (ms)", "step / products",
                            "CPU / wall (step)"], rows)
-    return text + ("\nThe compiled training step (forward, BPTT, clip, Adam) of each size in its own "
-                   f"process per setting, median of {results['steps']} replays; its products timed alone "
-                   f"on arrays of the same shapes and layouts, median of {results['repeats']} runs each, "
-                   "summed. Multiply-adds count the products a step computes (the COPY rows' skipped "
-                   "columns excluded).\n")
+    text += ("\nThe compiled training step (forward, BPTT, clip, Adam) of each size in its own "
+             f"process per setting, median of {results['steps']} replays; its products timed alone "
+             f"on arrays of the same shapes and layouts, median of {results['repeats']} runs each, "
+             "summed. Multiply-adds count the products a step computes (the COPY rows' skipped "
+             "columns excluded).\n")
+    parts = parts_table(results)
+    return text + ("\n" + parts if parts else "")
+
+
+def parts_table(results: dict) -> str:
+    """Where a one-core step's time goes: its native commands alone by kind, the products Python
+    calls, the guard, and the rest (ms); empty without one-core runs."""
+    rows = []
+    for size_name, by_setting in results["cases"].items():
+        for setting, r in by_setting.items():
+            if "commands" not in r:   # timed on one core only: on more, parts run at once
+                continue
+            step_s = statistics.median(w for w, _ in r["samples"])
+            parts = [r["commands"]["seconds"][kind] for kind in COMMAND_KINDS]
+            rest = step_s - sum(parts) - sum(r["parts"].values())
+            counts = r["commands"]["counts"]
+            rows.append([size_name, setting_label(setting, results["cores"]), f"{step_s * 1e3:.1f}"]
+                        + [f"{t * 1e3:.1f} ({counts[kind]})" for t, kind in zip(parts, COMMAND_KINDS)]
+                        + [f"{r['parts'][part] * 1e3:.1f}" for part in ("python products", "guard")]
+                        + [f"{r['python_statements']}", f"{rest * 1e3:.1f}"])
+    if not rows:
+        return ""
+    header = (["size", "setting", "step (ms)"] + [f"{kind} (commands)" for kind in COMMAND_KINDS]
+              + ["products called from Python", "guard", "Python statements", "the rest"])
+    return markdown_table(header, rows) + (
+        "\nThe step's native commands, each run alone on one thread on the step's own arrays (best of "
+        f"{results['repeats']}), summed by kind (ms, and how many: a product's share is one); bookkeeping is "
+        "Adam's bias corrections and the row-masked product's count and zeroed rows. Timed in the step: the "
+        "products that Python statements call (a row-masked product that leaves rows out, a product the "
+        "native form could not run), and the guard, the walk of the call's arguments and free variables "
+        "that keys its recording. The rest is the step less all of these: the replay's other Python "
+        "statements between native segments (how many statements in all) and what the commands cost in "
+        "sequence beyond alone.\n")
 
 
 def main() -> int:

@@ -7,8 +7,8 @@ times slower step. For each load (0, 2 and 4 busy loops) and each budget (the de
 this process may use; and ``MINFLUX_NUM_THREADS=1``) this records, each in a fresh process:
 
 * the HM-LSTM training step of the default experiment's model and of the small model
-  (``hmlstm_step.py``'s worker), eager and through `mf.compile` (what ``python -m train`` runs): CPU
-  seconds and wall seconds per step, median of ``--steps``;
+  (``hmlstm_step.py``'s worker), eager and through `mf.compile` in its native form, settled (what
+  ``python -m train`` runs): CPU seconds and wall seconds per step, median of ``--steps``;
 * ``python -m train`` for ``--train-steps`` steps of the default experiment: the whole process's
   CPU and wall time (imports, kernel loading and the final evaluation included);
 * ``python -m train.evaluate RUN --split valid`` on that run: the whole process's CPU and wall time.
@@ -81,7 +81,7 @@ def measure(load: int, steps: int, train_steps: int, tmp: Path, round_: int = 0)
             cpu, wall, _ = _process([sys.executable, "-m", "train.evaluate", str(run), "--split", "valid",
                                   "--checkpoint", "latest"], _env(budget))
             out[name] = {f"{size}_{impl}": step_costs(size, budget, steps, impl)
-                         for size in ("default", "small") for impl in ("auto", "compiled")}
+                         for size in ("default", "small") for impl in ("auto", "native")}
             out[name].update(train=train, evaluate={"cpu_s": cpu, "wall_s": wall})
             print(f"load {load}, {name}: {json.dumps(out[name])}", file=sys.stderr, flush=True)
         return out
@@ -102,8 +102,8 @@ def table(results: dict, steps: int, train_steps: int) -> str:
     rows = []
     for load, by_budget in results["loads"].items():
         for what, label in (("default_auto", "eager step, default model"), ("small_auto", "eager step, small model"),
-                            ("default_compiled", "compiled step, default model"),
-                            ("small_compiled", "compiled step, small model"),
+                            ("default_native", "compiled step (native), default model"),
+                            ("small_native", "compiled step (native), small model"),
                             ("train", f"python -m train, {train_steps} steps"),
                             ("evaluate", "python -m train.evaluate, valid split")):
             d, one = by_budget["default"][what], by_budget["one thread"][what]

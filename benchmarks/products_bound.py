@@ -11,12 +11,13 @@ products alone: each on fresh arrays of its shape and strides through the same f
 split and threads as in the step), ``--repeats`` times; the product time is the sum over the step
 of each product's median. ``step / products`` is how many times its products' time a step takes:
 everything beyond them (kernels, structural operations, the optimiser, the replay's own Python) is
-what a native step can shrink. The second table says where a one-core step's time goes: every
-command of its native form run alone (best of ``--repeats``, on the step's own arrays, warm in
-cache), summed by kind; the products Python statements call and the guard's walk of the call's arguments and
-free variables (both timed in the step); and the rest of the step: the other Python statements
-between native segments and what the commands cost in sequence beyond alone (where the step runs
-commands at once, as on more cores, the parts overlap and do not add up: the table has one core only).
+what a native step can shrink. The second table says where a one-core step's time goes: every command of
+its native form run alone (best of ``--repeats``, on the step's own arrays, warm in cache, less the time
+of a call that runs none), summed by kind; the products Python statements call and the guard's walk of
+the call's arguments and free variables (both timed in the step); and the rest of the step: the other
+Python statements between native segments and what the commands cost in sequence beyond alone (where the
+step runs commands at once, as on more cores, the parts overlap and do not add up: the table has one
+core only).
 
     python benchmarks/products_bound.py [--sizes small,default,ptb] [--steps 5] [--settings one,all]
 """
@@ -115,25 +116,30 @@ def _command_kind(tag: int) -> str:
 
 def _commands_alone(form, repeats: int) -> dict:
     """Seconds and counts by `COMMAND_KINDS` of every command of the native form (a product's share
-    is one), each run alone on this thread, best of ``repeats``. Runs them again: the step's state is
-    spent."""
+    is one), each run alone on this thread, best of ``repeats``, less the best time of a call that
+    runs no command (about 2 us of Python and ctypes). Runs them again: the step's state is spent."""
     from minflux.runtime import native_runner
 
     program, seconds, counts = form.program, dict.fromkeys(COMMAND_KINDS, 0.0), dict.fromkeys(COMMAND_KINDS, 0)
+
+    def best_of(calls: int, first: int, end: int) -> float:
+        best = float("inf")
+        for _ in range(calls):
+            start = time.perf_counter()
+            native_runner.run(program, first, end)
+            best = min(best, time.perf_counter() - start)
+            program[0] = -1   # a check that stopped the walk (the state is spent) says nothing here
+        return best
+
+    empty = best_of(100, 1, 1)
     at = 1
     while at < len(program):
         end = at + native_runner.command_size(program, at)
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            native_runner.run(program, at, end)
-            best = min(best, time.perf_counter() - start)
-            program[0] = -1   # a check that stopped the walk (the state is spent) says nothing here
         kind = _command_kind(int(program[at]))
-        seconds[kind] += best
+        seconds[kind] += max(best_of(repeats, at, end) - empty, 0.0)
         counts[kind] += 1
         at = end
-    return {"seconds": seconds, "counts": counts}
+    return {"seconds": seconds, "counts": counts, "empty_call": empty}
 
 
 def _timed_with_parts(step, steps: int) -> tuple[list, dict]:
@@ -225,7 +231,8 @@ def parts_table(results: dict) -> str:
               + ["products called from Python", "guard", "Python statements", "the rest"])
     return markdown_table(header, rows) + (
         "\nThe step's native commands, each run alone on one thread on the step's own arrays (best of "
-        f"{results['repeats']}), summed by kind (ms, and how many: a product's share is one); bookkeeping is "
+        f"{results['repeats']}, less the best time of a call that runs none), summed by kind (ms, and how "
+        "many: a product's share is one); bookkeeping is "
         "Adam's bias corrections and the row-masked product's count and zeroed rows. Timed in the step: the "
         "products that Python statements call (a row-masked product that leaves rows out, a product the "
         "native form could not run), and the guard, the walk of the call's arguments and free variables "

@@ -40,7 +40,7 @@ def test_every_command_of_a_native_form_is_timed_once_under_its_kind():
     timed = products_bound._commands_alone(form, 2)
     assert timed["counts"] == {"products": 1, "kernels": 1, "copies": 0, "elementwise and sums": 1,
                                "numpy loops": 1, "bookkeeping": 0}
-    assert all(timed["seconds"][kind] > 0 for kind, n in timed["counts"].items() if n)
+    assert timed["empty_call"] > 0 and all(seconds >= 0 for seconds in timed["seconds"].values())
 
 
 @pytest.mark.parametrize("tag, kind", [

@@ -39,8 +39,8 @@ from .traced import _METHOD_CALLERS
 OUT, NEW, VIEWS = "out", "new", "views"
 
 _FUNCTIONS = {
-    np.concatenate: OUT, np.stack: OUT,
-    np.where: NEW, np.vdot: NEW, np.dot: NEW, np.take: NEW, np.sum: NEW, np.copy: NEW, np.zeros_like: NEW,
+    np.concatenate: OUT, np.stack: OUT, np.take: OUT,
+    np.where: NEW, np.vdot: NEW, np.dot: NEW, np.sum: NEW, np.copy: NEW, np.zeros_like: NEW,
     np.ones_like: NEW, np.full_like: NEW, np.empty_like: NEW, np.outer: NEW, np.tensordot: NEW,
     operator.setitem: NEW,
     np.einsum: VIEWS,   # a transposition or a diagonal comes back as a view

@@ -1,6 +1,7 @@
 """Shared test configuration: one kernel cache for the whole session (a fresh directory, unless
-``MINFLUX_CACHE_DIR`` is set), tests marked ``gpu`` skip cleanly without CuPy and a CUDA device, and
-a test that leaves a signal handler of its own installed fails (Ctrl-C must always stop the run).
+``MINFLUX_CACHE_DIR`` is set), one directory for what tests and doctests make with `tempfile` (each
+process's own, removed as it ends), tests marked ``gpu`` skip cleanly without CuPy and a CUDA device,
+and a test that leaves a signal handler of its own installed fails (Ctrl-C must always stop the run).
 
 Elementwise kernels run on numba unless a test (or its module, through ``pytestmark``) is marked
 ``numpy_kernels``: such a test checks values and gradients, not the compiled kernels, and runs them on
@@ -22,6 +23,9 @@ if "MINFLUX_CACHE_DIR" not in os.environ:  # set before any kernel is compiled; 
     # pytest-xdist's workers, started after this file is loaded) inherit it; its creator removes it
     os.environ["MINFLUX_CACHE_DIR"] = tempfile.mkdtemp(prefix="minflux-test-cache-")
     atexit.register(shutil.rmtree, os.environ["MINFLUX_CACHE_DIR"], ignore_errors=True)
+
+tempfile.tempdir = tempfile.mkdtemp(prefix="test-files-")   # the docstrings' examples write files too
+atexit.register(shutil.rmtree, tempfile.tempdir, ignore_errors=True)
 
 import minflux as mf
 from minflux.backend import gpu_available

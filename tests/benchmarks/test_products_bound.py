@@ -7,18 +7,12 @@ import numpy as np
 import pytest
 
 import minflux as mf
-from minflux.runtime import native_runner
 from minflux.runtime import native_runner_ir as ir
+from tests.compiled.test_native_replay import compile_after_five_replays, native_form  # noqa: F401
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import products_bound  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def compile_after_five_replays(monkeypatch):
-    monkeypatch.setattr("minflux.schedule.replay.COMPILE_AFTER", 5)
-    native_runner.load_runner()
 
 
 def folded(x):
@@ -34,8 +28,7 @@ def test_every_command_of_a_native_form_is_timed_once_under_its_kind():
     step = mf.compile(product_kernel_tanh)
     for _ in range(10):
         step(rng.normal(size=(6, 5)).astype(np.float32), rng.normal(size=(5, 7)).astype(np.float32))
-    (entry,) = step._entries.values()
-    form = entry.replay.native
+    form = native_form(step)
     assert form is not None and (form.n_products, form.n_kernels, form.n_commands) == (1, 1, 4)
     timed = products_bound._commands_alone(form, 2)
     assert timed["counts"] == {"products": 1, "kernels": 1, "copies": 0, "elementwise and sums": 1,

@@ -47,12 +47,6 @@ CHILD = textwrap.dedent("""
     def gate(x, h):
         return mf.sigmoid(x) * h
 
-    def arity_10(x0, x1, x2, x3, x4, x5, x6, x7, x8, x9):
-        return ((x0 if x0 > 0.5 else -x0) * (x1 if x1 > 0.5 else -x1) * (x2 if x2 > 0.5 else -x2)
-                * (x3 if x3 > 0.5 else -x3) * (x4 if x4 > 0.5 else -x4) * (x5 if x5 > 0.5 else -x5)
-                * (x6 if x6 > 0.5 else -x6) * (x7 if x7 > 0.5 else -x7) * (x8 if x8 > 0.5 else -x8)
-                * (x9 if x9 > 0.5 else -x9))
-
     rng = np.random.default_rng(0)
     z, zb = (rng.random((64, 1)) < 0.5).astype(np.float32), (rng.random((64, 1)) < 0.5).astype(np.float32)
     c, f, i, g = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(4))
@@ -63,6 +57,9 @@ CHILD = textwrap.dedent("""
     t4 = time.perf_counter()
     gate(c, f)
     t5 = time.perf_counter()
+    sys.path.insert(0, BENCHMARKS)
+    from arity import scalar_function
+    arity_10 = scalar_function(10)
     xs = [rng.uniform(-1, 1, (64, 64)).astype(np.float32) for _ in range(10)]
     arity = {}
     for mode in ("mixed", "adjoint"):
@@ -82,7 +79,7 @@ CHILD = textwrap.dedent("""
 def run_child(cache: Path) -> dict:
     env = {**os.environ, "MINFLUX_CACHE_DIR": str(cache)}
     script = cache / "child.py"          # a file: the compiler reads the scalar functions' source
-    script.write_text(CHILD)
+    script.write_text(f"BENCHMARKS = {str(Path(__file__).resolve().parent)!r}\n" + CHILD)
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
                          check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])

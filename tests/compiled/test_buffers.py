@@ -16,6 +16,7 @@ from minflux.schedule.replay import COMPILE_AFTER
 from minflux.schedule.traced import _method_caller
 
 N = 1000
+pytestmark = pytest.mark.usefixtures("replays_counted_not_timed")
 
 
 def recorded(fn, x):

@@ -19,10 +19,8 @@ from tests.compiled.test_models_compiled import CALLS, bits, build, trained_to_e
 
 
 @pytest.fixture(autouse=True)
-def compile_after_five_replays(monkeypatch):
+def compile_after_five_replays(monkeypatch, replays_counted_not_timed):
     monkeypatch.setattr("minflux.schedule.replay.COMPILE_AFTER", 5)
-    # five replays however long they take: on a loaded machine the time rule would compile sooner
-    monkeypatch.setattr("minflux.schedule.replay.COMPILE_SECONDS_PER_OPERATION", float("inf"))
     native_runner.load_runner()   # here, rather than on the thread a replay starts (a second or two)
 
 

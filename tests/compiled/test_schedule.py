@@ -60,7 +60,7 @@ def test_slots_are_freed_after_their_last_use_and_unused_results_at_once():
     assert source.count("del ") == 4      # the sine, x, and each exp after its one use
 
 
-def test_both_forms_of_a_replay_free_an_array_after_its_last_use():
+def test_both_forms_of_a_replay_free_an_array_after_its_last_use(replays_counted_not_timed):
     made = []
 
     @mf.operation
@@ -199,23 +199,35 @@ def test_the_error_state_is_read_whatever_else_the_context_holds():
     assert states[0] == states[1] == np.geterr() and states[2] == {**np.geterr(), "over": "ignore"}
 
 
+class Clock:
+    """The replay's clock: it moves only when a slow operation says so."""
+
+    def __init__(self):
+        self.seconds = 0.0
+
+    def perf_counter(self) -> float:
+        return self.seconds
+
+
+clock = Clock()
+
+
 @mf.operation(results="new")
 def slow_double(x):
-    """Twice ``x``, taking 5 ms: a schedule whose program replays are slow."""
-    import time
-
-    time.sleep(0.005)
+    """Twice ``x``, taking 5 ms of `clock`'s time: a schedule whose program replays are slow."""
+    clock.seconds += 0.005
     return x * 2.0
 
 
 @pytest.mark.parametrize("slow, compiled_after", [(True, 1), (False, 5)])
 def test_a_replay_compiles_once_its_program_has_taken_what_compiling_would(slow, compiled_after, monkeypatch):
     """Three operations: 1.8 ms of program replays before compiling. A program replay of 5 ms compiles
-    at the next replay; one of microseconds runs until `COMPILE_AFTER` (5 here). Every call gives the
-    eager bits."""
+    at the next replay; one that takes no time runs until `COMPILE_AFTER` (5 here). Every call gives
+    the eager bits. The replay reads `clock`, so a loaded machine cannot change when it compiles."""
     from minflux.runtime.native_runner import load_runner
 
     monkeypatch.setattr("minflux.schedule.replay.COMPILE_AFTER", 5)
+    monkeypatch.setattr("minflux.schedule.replay.time", clock)
     load_runner()
 
     def f(x):

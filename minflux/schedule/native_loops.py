@@ -102,7 +102,8 @@ def _layout(arrays: list, out: np.ndarray) -> tuple | None:
 @functools.cache
 def loop_command(ufunc: np.ufunc):
     """The command maker (``make(args, kwargs, errstate)``, as `minflux.schedule.native_numpy.COMMANDS`'
-    makers) of calls of ``ufunc``, a ufunc of one or two inputs and one output."""
+    makers) of calls of ``ufunc``, an elementwise ufunc of one or two inputs and one output; None for
+    any other."""
 
     def command(args: tuple, kwargs: dict, errstate: dict) -> native_runner.Command | None:
         nin = ufunc.nin
@@ -143,4 +144,5 @@ def loop_command(ufunc: np.ufunc):
         return native_runner.loop_words(loop, context, auxdata, math.prod(out.shape), tuple(pointers([*operands, out])),
                                         strides, flags, (ufunc, (*inputs, out)), tuple(held))
 
-    return command if ufunc.nout == 1 and ufunc.nin in (1, 2) else None
+    elementwise = ufunc.signature is None   # a generalized ufunc's loop (matmul's) also reads core dimensions
+    return command if elementwise and ufunc.nout == 1 and ufunc.nin in (1, 2) else None

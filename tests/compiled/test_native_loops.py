@@ -73,6 +73,22 @@ def test_a_call_numpy_iterates_otherwise_stays_python_and_equals_eager():
     assert python_calls_of(native_form(step), np.maximum) == 1
 
 
+def square_product(x, w):
+    return np.tanh(np.matmul(np.multiply(x, 1.0), w))
+
+
+def test_a_generalized_ufunc_of_arrays_shaped_like_its_result_stays_python_and_equals_eager():
+    """``np.matmul`` of square matrices: a ufunc of two inputs of the output's shape, whose loop is no
+    elementwise loop (it reads core dimensions a call of ``count`` elements does not give it)."""
+    rng = np.random.default_rng(85)
+    step = mf.compile(square_product)
+    for k in range(CALLS):
+        x, w = rng.normal(size=(7, 7)), rng.normal(size=(7, 7))
+        (want, eager_warnings), (got, compiled_warnings) = with_warnings(square_product, x, w), with_warnings(step, x, w)
+        assert (bits(got), compiled_warnings) == (bits(want), eager_warnings), f"call {k}"
+    assert python_calls_of(native_form(step), np.matmul) == 1 and python_calls_of(native_form(step), np.tanh) == 0
+
+
 def squared_error_gradients(x, y):
     return mf.gradient(lambda x: mf.sum((x - y) ** 2) + mf.sum(x ** 0.5) + mf.sum(x ** 0), x)[0]
 

@@ -1,9 +1,10 @@
 """numpy's own ufunc loops as native commands: what numpy computes elementwise, with numpy's bits.
 
-A ufunc whose loop the runner does not write itself (``np.tanh``, ``np.exp``, ``np.power``,
-``np.maximum``...) becomes a `minflux.runtime.native_runner.loop_words` command: numpy is asked for the
-strided loop it would call (``ufunc._resolve_dtypes_and_context`` and ``ufunc._get_strided_loop``, its
-low-level access to its loops), and the runner calls that loop as numpy's ufunc call does on its fast
+An elementwise ufunc whose loop the runner does not write itself (``np.tanh``, ``np.exp``,
+``np.power``, ``np.maximum``...; not a generalized ufunc such as ``np.matmul``) becomes a
+`minflux.runtime.native_runner.loop_words` command: numpy is asked for the strided loop it would call
+(``ufunc._resolve_dtypes_and_context`` and ``ufunc._get_strided_loop``, its low-level access to its
+loops), and the runner calls that loop as numpy's ufunc call does on its fast
 path: once, over every element, for inputs that are 0-d or of the output's shape, contiguous where they
 have more than one axis, aligned, of the dtypes numpy resolves for the call (a Python number or a numpy
 scalar among them cast once, as numpy casts it), into an ``out`` of the resolved dtype that is one of

@@ -19,7 +19,9 @@ uses is then placed:
 
 A value a command reads without an address of its own (a numpy scalar a kernel reads) is written into
 a cell of the command's by a statement in the command's place, from each call's value; a value of
-another type than at the probe makes that one call run in Python instead.
+another type than at the probe makes that one call run in Python instead. A command without such
+cells holds the numbers it was given as they were at the probe, so a statement whose number is made
+on every call (an element of an input, ``x * x[0, 0]``) stays a Python call.
 
 An address is trusted only where it is read from an array that lies where it lay at the probe on
 every call: an input, a planned buffer (an operation given ``out=`` returns it), the result of a
@@ -168,6 +170,8 @@ class NativeForm:
         steady = set(range(len(inputs)))   # slots whose arrays lie where they lay at the probe, or in an input
         for index, st in enumerate(statements):
             found = probe.commands.get(index)
+            if found is not None and index in probe.numbers and _reads_numbers_from_slots(st, *probe.numbers[index]):
+                found = None   # its command would keep the probe's value of a number made on every call
             if found is not None and found[0].refresh is not None:   # values written into cells: no places
                 args, kwargs = _symbolic_arguments(st)
                 reads = set(st.reads).difference(x for x in found[0].refresh[1](args, kwargs) if x.__class__ is _Slot)
@@ -429,6 +433,13 @@ def _symbolic_arguments(st) -> tuple[tuple, dict]:
 
     arguments = _PLACEHOLDER.sub(name, st.text[start + 2:end - 1])
     return eval(f"(lambda *a, **k: (a, k))({arguments})", {}, names)   # noqa: S307 (our own text)
+
+
+def _reads_numbers_from_slots(st, positions: list, keywords: list) -> bool:
+    """Whether an argument of statement ``st`` that held a number at the probe (at ``positions`` or
+    ``keywords``) reads a slot: a value of this call (an element of an input), not a constant."""
+    args, kwargs = _symbolic_arguments(st)
+    return any(_Slot in map(type, _leaves(x)) for x in [*(args[i] for i in positions), *(kwargs[k] for k in keywords)])
 
 
 def _argument_slots(st, positions: tuple) -> list:

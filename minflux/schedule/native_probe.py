@@ -57,6 +57,7 @@ class Probe:
         self.views: dict = {}
         self.made_of: dict = {}     # statement -> its command, its call's arrays and its results' (`native_groups`)
         self._items: dict = {}      # id of a numpy scalar a command made -> (it, the 0-d array it writes it into)
+        self.numbers: dict = {}     # statement -> (positions, keywords) of the arguments its command holds numbers of
 
     def __call__(self, index: int, fn, /, *args, **kwargs):
         make, command = command_of(fn), None
@@ -82,6 +83,9 @@ class Probe:
             if kept.__class__ is Item:
                 self._items[id(result)] = (result, kept.array)
             self.made_of[index] = (command, _arrays((args, tuple(kwargs.values()))), _result_arrays(kept))
+            if command.refresh is None:
+                self.numbers[index] = ([i for i, a in enumerate(args) if _has_number(a)],
+                                       [k for k, v in kwargs.items() if _has_number(v)])
         if getattr(fn, "steady_results", False):
             self.views[index] = _holders(result, _leaves((args, tuple(kwargs.values()))))
         return result
@@ -144,6 +148,11 @@ def _leaves(x) -> list:
     if x.__class__ is list or x.__class__ is tuple:
         return [leaf for item in x for leaf in _leaves(item)]
     return [x]
+
+
+def _has_number(x) -> bool:
+    """Whether ``x`` is or holds a number (a numpy scalar or a Python number) a command would keep as it is."""
+    return any(isinstance(leaf, (np.generic, int, float, complex)) for leaf in _leaves(x))
 
 
 def _arrays(x) -> list:

@@ -278,7 +278,7 @@ def _binary(ufunc, python, reflected: bool = False, inplace: bool = False):
         if self._value.__class__ in _NUMBERS:   # a drawn Python number: Python's arithmetic, as eagerly
             return self._recording.call(python, (other, self) if reflected else (self, other), {},
                                         scalars=True)
-        if inplace:
+        if inplace and not isinstance(self._value, np.generic):   # a numpy scalar is immutable: rebound
             return ufunc(self, other, out=(self,))
         return ufunc(other, self) if reflected else ufunc(self, other)
     return method

@@ -96,3 +96,39 @@ def test_a_command_stopped_inside_an_errstate_the_step_sets_raises_or_warns_as_e
     assert stopped >= 5
     form = native_form(step)
     assert python_calls_of(form, np.sum) == 0 and python_calls_of(form, np.seterr) == 0
+
+
+def updated_in_place(x):
+    total = np.sum(x)                   # a numpy scalar: `*=` rebinds it, as numpy's scalars are immutable
+    total *= 1.5
+    total += x[0, 0]
+    total -= 0.25
+    cell = np.sum(x, keepdims=True).reshape(())   # a 0-d array: `*=` writes into it
+    cell *= total
+    return total, cell, total ** 2
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_in_place_operators_on_numpy_scalars_rebind_them_as_eagerly_for_72_calls(dtype):
+    rng = np.random.default_rng(93)
+    step = mf.compile(updated_in_place)
+    for k in range(CALLS):
+        x = rng.normal(size=(4, 3)).astype(dtype)
+        assert kinds(step(x)) == kinds(updated_in_place(x)), f"call {k}"
+    assert step.recordings == 1 and step.replays == CALLS - 1
+
+
+def reading_elements(x, w):
+    """Numpy scalars a Python statement makes on every call (an element of an input) read by the
+    operations that could be commands: numpy's arithmetic, numpy's tanh loop, an elementwise kernel."""
+    return x * x[0, 0], np.tanh(x[1, 2]) + w, np.multiply(x[0, 1], 2.0), mf.tanh(x) * x[2, 0], x[1, 1] - w
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_scalars_made_in_python_are_read_at_every_call_not_the_probes_for_72_calls(dtype):
+    rng = np.random.default_rng(94)
+    step = mf.compile(reading_elements)
+    for k in range(CALLS):
+        x, w = rng.normal(size=(3, 4)).astype(dtype), rng.normal(size=4).astype(dtype)
+        assert kinds(step(x, w)) == kinds(reading_elements(x, w)), f"call {k}"
+    assert native_form(step) is not None and step.recordings == 1

@@ -179,11 +179,12 @@ class NativeForm:
                 reads = st.reads
             if found is None or not steady.issuperset(reads):
                 holders = probe.views.get(index)
-                if index in planned or (steady.issuperset(st.reads) and _is_view(st) and len(set(st.reads)) == 1) or (
+                kept = _in_buffers(st) if index in planned else ()
+                if (steady.issuperset(st.reads) and _is_view(st) and len(set(st.reads)) == 1) or (
                         holders is not None and steady.issuperset(_argument_slots(st, holders))):
-                    steady.update(st.writes)   # a planned buffer, a view of a steady array by constants, ...
-                else:
-                    steady.difference_update(st.writes)
+                    kept = st.writes   # a view of a steady array by constants, ...
+                steady.difference_update(st.writes)
+                steady.update(kept)
                 continue
             command, result = found
             located = [places.locate(command.words[p]) for p in command.addresses]
@@ -433,6 +434,24 @@ def _symbolic_arguments(st) -> tuple[tuple, dict]:
 
     arguments = _PLACEHOLDER.sub(name, st.text[start + 2:end - 1])
     return eval(f"(lambda *a, **k: (a, k))({arguments})", {}, names)   # noqa: S307 (our own text)
+
+
+def _in_buffers(st) -> list:
+    """The slots statement ``st``, a call given planned buffers (its last parameter, ``out=``), binds to
+    results in them: each of its results, except those it makes new (a None among the buffers)."""
+    out = st.params[-1]
+    if not (out.__class__ is list or out.__class__ is tuple) or all(o is not None for o in out):
+        return list(st.writes)
+    names = st.text.split(" = ", 1)[0].replace(",", " ").split() if " = " in st.text else []
+    if len(names) != len(out):
+        return []
+    kept, writes = [], iter(st.writes)
+    for name, buffer in zip(names, out):   # "@, _, @ = ...": the results unpacked in order, "_" unbound
+        if name == "@":
+            slot = next(writes)
+            if buffer is not None:
+                kept.append(slot)
+    return kept
 
 
 def _reads_numbers_from_slots(st, positions: list, keywords: list) -> bool:

@@ -107,3 +107,34 @@ def test_adams_new_moments_are_written_natively_and_training_equals_eager_to_the
     if mf.get_elementwise_backend() == "numba":
         moments = [(index, k) for index, k in form.new_results if k in (1, 2)]   # Adam's (step, m, v)
         assert len(moments) == 12   # the two new moments of each of its six parameters
+
+
+def halved_while_above_one(x):
+    n = 0
+    while x > 1.0 and n < 4:
+        x = x * 0.5
+        n += 1
+    return x + n
+
+
+def gradient_through_a_loop(params, x):
+    """A kernel with a loop runs in row chunks, a Python call: its value lands in a planned buffer and
+    its partial, which becomes the returned gradient, is made new on every call and multiplied by the
+    output's gradient in place."""
+    return mf.withgradient(lambda p: mf.sum(mf.broadcast(halved_while_above_one, p["v"], mode="mixed")
+                                            * mf.tanh(x @ p["w"])), params)
+
+
+def test_a_result_a_python_launch_makes_new_is_read_where_this_call_made_it_for_72_calls():
+    rng = np.random.default_rng(23)
+    params = {"v": rng.normal(scale=3.0, size=(5, 5)).astype(np.float32),
+              "w": rng.normal(size=(5, 5)).astype(np.float32)}
+    step = mf.compile(gradient_through_a_loop)
+    kept = []
+    for _ in range(CALLS):
+        x = rng.normal(size=(5, 5)).astype(np.float32)
+        kept.append((step(params, x), gradient_through_a_loop(params, x)))
+    for k, ((loss, (grads,)), (want_loss, (want,))) in enumerate(kept):
+        assert bits(loss) == bits(want_loss), f"call {k}"
+        assert all(bits(grads[name]) == bits(want[name]) for name in want), f"call {k}"
+    assert native_form(step).n_commands > 0

@@ -18,6 +18,7 @@ environment, a Generator made inside the function. Those are refused at the reco
 """
 from __future__ import annotations
 
+import dis
 import functools
 import os
 import random
@@ -175,10 +176,28 @@ def impure_read(fn: types.FunctionType, values: list) -> str | None:
     for place, value in values:
         if place.kind != "global":
             continue
-        why = _impure_value(value, names)
+        if isinstance(value, types.ModuleType) and value.__name__ == "numpy":
+            why = _numpy_global_random(fn.__code__, place.name)
+        else:
+            why = _impure_value(value, names)
         if why:
             return f"{why} (`{place.name}` in {fn.__qualname__})"
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _numpy_global_random(code: types.CodeType, numpy_name: str) -> str | None:
+    """Why ``code`` (or the code nested in it), with global ``numpy_name`` bound to numpy, may draw
+    from numpy's global random state or make a Generator: it reads ``numpy_name.random``
+    (``np.random.normal``, ``np.random.default_rng``, ``np.random`` itself). ``rng.random()`` of a
+    Generator is an attribute of another object, no such read."""
+    steps = [(i.opname, i.argval) for i in dis.get_instructions(code)]
+    for k, (op, name) in enumerate(steps[:-1]):
+        if op == "LOAD_GLOBAL" and name == numpy_name and steps[k + 1] == ("LOAD_ATTR", "random"):
+            return ("draws from numpy's global random state or makes a Generator inside the function "
+                    "(pass a np.random.Generator as an argument)")
+    nested = (_numpy_global_random(c, numpy_name) for c in code.co_consts if isinstance(c, types.CodeType))
+    return next((why for why in nested if why), None)
 
 
 def _impure_value(value, names: frozenset) -> str | None:
@@ -188,7 +207,7 @@ def _impure_value(value, names: frozenset) -> str | None:
             return _IMPURE_MODULES[name]
         if name in ("os", "posix") and names & _OS_IMPURE:
             return "reads the environment or the system's random source"
-        if (name == "numpy.random" or (name == "numpy" and "random" in names)) and names & _NUMPY_GLOBAL_RANDOM:
+        if name == "numpy.random" and names & _NUMPY_GLOBAL_RANDOM:
             return ("draws from numpy's global random state or makes a Generator inside the function "
                     "(pass a np.random.Generator as an argument)")
         return None

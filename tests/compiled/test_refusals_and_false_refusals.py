@@ -158,6 +158,15 @@ def test_scalar_draws_of_a_generator_argument_replay_as_python_numbers():
     matches_eager(noisy, lambda k: (data(k, dtype=np.float32), np.random.default_rng(k)))
 
 
+def test_a_generator_arguments_random_method_beside_numpy_replays_for_72_calls():
+    """``rng.random()`` of a Generator argument in a function that also reads numpy: no draw from
+    numpy's global state, which ``np.random.random()`` would be."""
+    def noisy(x, rng):
+        return np.tanh(x) * rng.random() + rng.random(x.shape)
+
+    matches_eager(noisy, lambda k: (data(k), np.random.default_rng(k)), calls=72)
+
+
 def test_ascontiguousarray_of_a_traced_array_replays():
     def f(x, w):
         return np.ascontiguousarray(x.T) @ w, np.ascontiguousarray(x[:, ::2], dtype=np.float32) * 2.0

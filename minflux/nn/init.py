@@ -13,13 +13,14 @@ import math
 import numpy as np
 
 from ..backend import default_dtype
+from ..schedule.traced import TracedGenerator
 
 __all__ = ["fan_in_out", "glorot_normal", "glorot_uniform", "normal", "ones", "orthogonal", "uniform",
            "xavier_normal", "xavier_uniform", "zeros"]
 
 
 def _check(rng, shape, name):
-    if not isinstance(rng, np.random.Generator):
+    if not isinstance(rng, (np.random.Generator, TracedGenerator)):   # a recording's stand-in draws as it
         raise TypeError(f"mf.nn.init.{name} needs a numpy.random.Generator as its first argument, got "
                         f"{type(rng).__name__}; pass e.g. np.random.default_rng(0)")
     if any(not isinstance(n, (int, np.integer)) or n < 0 for n in shape):

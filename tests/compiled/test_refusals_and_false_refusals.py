@@ -167,6 +167,16 @@ def test_a_generator_arguments_random_method_beside_numpy_replays_for_72_calls()
     matches_eager(noisy, lambda k: (data(k), np.random.default_rng(k)), calls=72)
 
 
+def test_a_dropout_layer_and_an_initialiser_made_inside_from_a_generator_argument_replay_for_72_calls():
+    def noisy_step(x, rng):
+        def loss(x):
+            w = mf.nn.init.glorot_uniform(rng, 5, 3, dtype=x.dtype)
+            return mf.sum(mf.nn.Dropout(0.5, rng=rng, active=True)(x) @ w)
+        return mf.withgradient(loss, x)
+
+    matches_eager(noisy_step, lambda k: (data(k, (4, 5)), np.random.default_rng(k)), calls=72)
+
+
 def test_ascontiguousarray_of_a_traced_array_replays():
     def f(x, w):
         return np.ascontiguousarray(x.T) @ w, np.ascontiguousarray(x[:, ::2], dtype=np.float32) * 2.0

@@ -271,11 +271,18 @@ for _name in _ATTRIBUTES:
     setattr(Traced, _name, _attribute(_name))
 
 
+def _operators_as_eagerly(value) -> bool:
+    """Whether the recording calls Python's operator on ``value``, not numpy's ufunc: a drawn Python
+    number, or a numpy integer or boolean scalar, whose arithmetic checks overflow (warns or raises
+    under numpy's error state) where a ufunc's wraps silently."""
+    return value.__class__ in _NUMBERS or isinstance(value, np.generic) and value.dtype.kind in "biu"
+
+
 def _binary(ufunc, python, reflected: bool = False, inplace: bool = False):
     def method(self, other):
         if getattr(type(other), "__array_ufunc__", 0) is None:
             return NotImplemented
-        if self._value.__class__ in _NUMBERS:   # a drawn Python number: Python's arithmetic, as eagerly
+        if _operators_as_eagerly(self._value):
             return self._recording.call(python, (other, self) if reflected else (self, other), {},
                                         scalars=True)
         if inplace and not isinstance(self._value, np.generic):   # a numpy scalar is immutable: rebound
@@ -286,7 +293,7 @@ def _binary(ufunc, python, reflected: bool = False, inplace: bool = False):
 
 def _unary(ufunc, python):
     def method(self):
-        if self._value.__class__ in _NUMBERS:
+        if _operators_as_eagerly(self._value):
             return self._recording.call(python, (self,), {}, scalars=True)
         return ufunc(self)
     return method

@@ -132,3 +132,28 @@ def test_numpy_scalars_made_in_python_are_read_at_every_call_not_the_probes_for_
         x, w = rng.normal(size=(3, 4)).astype(dtype), rng.normal(size=4).astype(dtype)
         assert kinds(step(x, w)) == kinds(reading_elements(x, w)), f"call {k}"
     assert native_form(step) is not None and step.recordings == 1
+
+
+def integer_scalar_arithmetic(x):
+    i = x[0]                            # a numpy int64: its operators check overflow, a ufunc's wrap silently
+    return i * 2 + 1, -i, 3 * i, (i > 0) + 1
+
+
+@pytest.mark.parametrize("state", ["warn", "raise"])
+def test_numpy_integer_scalars_overflow_as_eagerly_warning_or_raising_for_72_calls(state):
+    step = mf.compile(integer_scalar_arithmetic)
+    for k in range(CALLS):
+        x = np.array([np.iinfo(np.int64).min if k % 3 == 2 else k, 2], np.int64)
+        outcomes = []
+        for fn in (integer_scalar_arithmetic, step):
+            with np.errstate(over=state):
+                try:
+                    outcomes.append(with_warnings(fn, x.copy()))
+                except FloatingPointError as error:
+                    outcomes.append(str(error))
+        got, want = outcomes[1], outcomes[0]
+        if isinstance(want, str):
+            assert got == want, f"call {k}"
+        else:
+            assert kinds(got[0]) == kinds(want[0]) and got[1] == want[1], f"call {k}"
+    assert step.recordings == 1

@@ -340,10 +340,12 @@ class NativeForm:
     def patch(self, inputs: list, made: list | None = None) -> bool:
         """Write this call's input addresses into the commands, and those of the arrays made for the
         results new on every call (``made``, or new ones of their layouts); False where an input is
-        laid out otherwise than at the probe (the Python form then runs the call)."""
+        laid out otherwise than at the probe, or not aligned (numpy's loops are given aligned data only;
+        the Python form then runs the call)."""
         for i, shape, strides, dtype in self._inputs:
             a = inputs[i]
-            if a.__class__ is not np.ndarray or a.shape != shape or a.strides != strides or a.dtype != dtype:
+            if a.__class__ is not np.ndarray or a.shape != shape or a.strides != strides or a.dtype != dtype \
+                    or not a.flags.aligned:
                 return False
         arrays = [inputs[i] for i, _, _, _ in self._inputs]
         if self._templates:

@@ -105,3 +105,26 @@ def test_a_constant_exponents_gradient_runs_natively_and_equals_eager_for_72_cal
             assert bits(step(x, y)) == bits(squared_error_gradients(x, y)), f"call {k}"
     form = native_form(step)
     assert (python_calls_of(form, np.where), python_calls_of(form, np.power)) == (1, 0)   # x ** 0's where
+
+
+def misaligned_like(x):
+    """A copy of ``x`` at an address no multiple of its item size, as a view into bytes can be."""
+    raw = np.zeros(x.nbytes + x.itemsize, np.uint8)
+    y = np.ndarray(x.shape, x.dtype, buffer=raw, offset=1)
+    y[...] = x
+    return y
+
+
+def test_an_input_not_aligned_runs_the_python_form_and_equals_eager():
+    """numpy hands its loops aligned data only (it copies otherwise); a call whose input lies at an
+    address numpy would not hand a loop is laid out otherwise than the probe's, and runs in Python."""
+    rng = np.random.default_rng(83)
+    step = mf.compile(elementwise)
+    with np.errstate(all="ignore"):
+        for k in range(CALLS):
+            x, y = rng.normal(size=(2, 64)).astype(np.float64)
+            if k >= CALLS - 4:
+                x, y = misaligned_like(x), misaligned_like(y)
+                assert not native_form(step).patch([x, y])
+            assert [bits(v) for v in step(x, y)] == [bits(v) for v in elementwise(x, y)], f"call {k}"
+    assert step.recordings == 1

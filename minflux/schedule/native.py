@@ -220,7 +220,8 @@ class NativeForm:
         self._patch_at = np.array([w for w, _, _ in patches], np.intp)
         self._patch_offset = np.array([o for _, _, o in patches], np.int64)
         used = sorted({i for _, i, _ in patches if i < n})
-        self._inputs = [(i, inputs[i].shape, inputs[i].strides, inputs[i].dtype) for i in used]
+        self._inputs = [(i, inputs[i].shape, inputs[i].strides, inputs[i].dtype, inputs[i].flags.writeable)
+                        for i in used]
         made, self._new_layouts, self._templates = new.layouts(templates)
         for index, (first, end, result) in natives.items():
             natives[index] = (first, end, self._stub(statements[index], result))
@@ -340,14 +341,17 @@ class NativeForm:
     def patch(self, inputs: list, made: list | None = None) -> bool:
         """Write this call's input addresses into the commands, and those of the arrays made for the
         results new on every call (``made``, or new ones of their layouts); False where an input is
-        laid out otherwise than at the probe, or not aligned (numpy's loops are given aligned data only;
-        the Python form then runs the call)."""
-        for i, shape, strides, dtype in self._inputs:
+        laid out otherwise than at the probe, not aligned (numpy's loops are given aligned data only) or
+        read-only where it was writeable (a command may write into it; the Python form then runs the
+        call, and raises where numpy does)."""
+        for i, shape, strides, dtype, writeable in self._inputs:
             a = inputs[i]
-            if a.__class__ is not np.ndarray or a.shape != shape or a.strides != strides or a.dtype != dtype \
-                    or not a.flags.aligned:
+            if a.__class__ is not np.ndarray or a.shape != shape or a.strides != strides or a.dtype != dtype:
                 return False
-        arrays = [inputs[i] for i, _, _, _ in self._inputs]
+            flags = a.flags
+            if not flags.aligned or writeable and not flags.writeable:
+                return False
+        arrays = [inputs[i] for i, *_ in self._inputs]
         if self._templates:
             self._made[:] = made or [np.empty(shape, dtype) for shape, dtype in self._new_layouts]
             arrays += self._made

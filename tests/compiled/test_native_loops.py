@@ -128,3 +128,28 @@ def test_an_input_not_aligned_runs_the_python_form_and_equals_eager():
                 assert not native_form(step).patch([x, y])
             assert [bits(v) for v in step(x, y)] == [bits(v) for v in elementwise(x, y)], f"call {k}"
     assert step.recordings == 1
+
+
+def updated_in_place(x, y):
+    np.add(x, y, out=x)
+    x *= 2.0
+    return np.tanh(x)
+
+
+def test_an_input_read_only_where_it_was_writeable_raises_as_eagerly_and_stays_unwritten():
+    rng = np.random.default_rng(84)
+    step = mf.compile(updated_in_place)
+    for k in range(CALLS):
+        x, y = rng.normal(size=(2, 16))
+        twin = x.copy()
+        if k >= CALLS - 4:
+            x.setflags(write=False)
+            twin.setflags(write=False)
+            with pytest.raises(ValueError, match="read-only"):
+                updated_in_place(twin, y)
+            with pytest.raises(ValueError, match="read-only"):
+                step(x, y)
+        else:
+            assert bits(step(x, y)) == bits(updated_in_place(twin, y)), f"call {k}"
+        assert bits(x) == bits(twin), f"call {k}"
+    assert step.recordings == 1 and native_form(step) is not None

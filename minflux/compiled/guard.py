@@ -222,6 +222,11 @@ def _route(x):
     """How `flatten` walks ``x``, an object not an array, a number or a built-in container."""
     if isinstance(x, Tensor):
         route = _TENSOR
+    elif isinstance(x, np.ndarray) and x.__class__ is not np.ndarray:
+        cls = x.__class__
+        route = (f"a {cls.__module__}.{cls.__name__}, a subclass of numpy.ndarray whose operators a "
+                 "recording does not follow (a matrix's * multiplies matrices; a masked array's operations "
+                 "keep its mask); pass np.asarray(x)")
     elif is_array(x):
         route = _ARRAY
     elif isinstance(x, np.random.Generator):

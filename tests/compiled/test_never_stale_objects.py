@@ -215,3 +215,21 @@ def test_values_written_back_into_tuples_reach_their_places_as_the_eager_calls_p
             assert all(same(g, w) for g, w in zip(got, want)), f"call {k}"
         assert holder.pair[2] == twin.pair[2] and len(holder.rows) == len(twin.rows)
     assert step.replays >= 60
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+@pytest.mark.parametrize("make", [lambda: np.matrix([[1.0, 2.0], [3.0, 4.0]]),
+                                  lambda: np.ma.masked_array([[1.0, 2.0], [3.0, 4.0]], mask=[[0, 1], [0, 0]])])
+def test_an_ndarray_subclass_is_refused_naming_it_not_replayed_as_a_plain_array(make):
+    """A matrix's ``*`` multiplies matrices and a masked array's operations keep its mask, neither of
+    which a recording of numpy's calls on plain arrays repeats; a plain array before it does not make
+    a recording it would replay."""
+    def squared(x):
+        return x * x
+
+    step = mf.compile(squared)
+    step(np.ones((2, 2)))
+    with pytest.raises(mf.NotReplayable, match="subclass of numpy.ndarray.*np.asarray"):
+        step(make())
+    with pytest.warns(RuntimeWarning, match="runs eagerly"):
+        assert type(mf.compile(squared, fallback="eager")(make())) is type(make())

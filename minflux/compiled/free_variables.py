@@ -143,14 +143,22 @@ def members(fn: types.FunctionType) -> list:
 
 
 def class_members(cls: type) -> list:
-    """``(Member, function)`` for each function defined in ``cls``, and ``(Base, base)`` for each
-    user class it derives from directly.
+    """``(Member, function)`` for each function defined in ``cls``, ``(name, value)`` for each other
+    attribute of its own namespace but the dunder ones (a class attribute its code may read through
+    the class or an instance: ``self.scale``), and ``(Base, base)`` for each user class it derives
+    from directly.
 
-    >>> Layer = type("Layer", (), {"__module__": "experiment", "__call__": lambda self, x: x})
-    >>> [key.name for key, _ in class_members(Layer)]
-    ['__call__']
+    >>> Layer = type("Layer", (), {"__module__": "experiment", "__call__": lambda self, x: x * 2, "scale": 2})
+    >>> [getattr(key, "name", key) for key, _ in class_members(Layer)]
+    ['__call__', 'scale']
     """
-    out = [(Member(name), fn) for name, value in vars(cls).items() if (fn := _function_of(value)) is not None]
+    out = []
+    for name, value in vars(cls).items():
+        fn = _function_of(value)
+        if fn is not None:
+            out.append((Member(name), fn))
+        elif not (name.startswith("__") and name.endswith("__")):
+            out.append((name, value))
     out += [(Base(i), base) for i, base in enumerate(cls.__bases__) if not is_library(base)]
     return out
 

@@ -233,3 +233,28 @@ def test_an_ndarray_subclass_is_refused_naming_it_not_replayed_as_a_plain_array(
         step(make())
     with pytest.warns(RuntimeWarning, match="runs eagerly"):
         assert type(mf.compile(squared, fallback="eager")(make())) is type(make())
+
+
+class Scaled:
+    scale = 2.0                        # a class attribute, read through the instance
+
+    def __call__(self, x):
+        return x * self.scale + Settings.shift
+
+
+class Settings:
+    shift = 0.5                        # a class attribute, read through the class
+
+
+def test_class_attributes_read_through_an_instance_or_the_class_are_keyed_for_72_calls():
+    def step(layer, x):
+        return layer(x)
+
+    compiled, layer, x = mf.compile(step), Scaled(), np.linspace(-1.0, 1.0, 5)
+    try:
+        for k in range(72):
+            Scaled.scale, Settings.shift = (2.0, -0.0)[k % 2], (0.5, 0.25)[k // 2 % 2]
+            assert compiled(layer, x).tobytes() == step(layer, x).tobytes(), f"call {k}"
+    finally:
+        Scaled.scale, Settings.shift = 2.0, 0.5
+    assert compiled.recordings == 4

@@ -49,26 +49,34 @@ _NUMPY_GLOBAL_RANDOM = frozenset(set(np.random.__all__) - _GENERATOR_CLASSES)
 
 
 class FreeName(NamedTuple):
-    """The place of one free variable: ``kind`` is ``"cell"`` (the closure's cell ``index``) or
-    ``"global"`` (the function's module globals), ``name`` the name the code uses."""
+    """The place of one free variable: ``kind`` is ``"cell"`` (the closure's cell ``index``),
+    ``"global"`` (the function's module globals) or ``"module"`` (``attribute`` of the user module
+    global ``name`` is bound to: ``config.lr``), ``name`` the name the code uses."""
 
     kind: str
     name: str
     index: int = -1
+    attribute: str = ""
 
     def read(self, fn):
         if self.kind == "cell":
             return fn.__closure__[self.index].cell_contents
+        if self.kind == "module":
+            return getattr(fn.__globals__[self.name], self.attribute)
         return fn.__globals__[self.name]
 
     def write(self, fn, value) -> None:
         if self.kind == "cell":
             fn.__closure__[self.index].cell_contents = value
+        elif self.kind == "module":
+            setattr(fn.__globals__[self.name], self.attribute, value)
         else:
             fn.__globals__[self.name] = value
 
     def describe(self, fn) -> str:
         qualname = getattr(fn, "__qualname__", "the function")
+        if self.kind == "module":
+            return f"the module attribute `{self.name}.{self.attribute}` read by {qualname}"
         what = "closure variable" if self.kind == "cell" else "global"
         return f"the {what} `{self.name}` of {qualname}"
 
@@ -138,7 +146,12 @@ def members(fn: types.FunctionType) -> list:
     module_globals = fn.__globals__
     for name in _names_in_order(fn.__code__):
         if name in module_globals:
-            out.append((FreeName("global", name), module_globals[name]))
+            value = module_globals[name]
+            out.append((FreeName("global", name), value))
+            if isinstance(value, types.ModuleType) and value.__name__.split(".", 1)[0] not in _LIBRARIES:
+                out += [(FreeName("module", name, -1, attribute), getattr(value, attribute))   # config.lr
+                        for attribute in _names_in_order(fn.__code__) if attribute in vars(value)
+                        and not (attribute.startswith("__") and attribute.endswith("__"))]
     return out
 
 

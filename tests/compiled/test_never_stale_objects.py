@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
+import types
 
 import numpy as np
 import pytest
@@ -258,3 +259,21 @@ def test_class_attributes_read_through_an_instance_or_the_class_are_keyed_for_72
     finally:
         Scaled.scale, Settings.shift = 2.0, 0.5
     assert compiled.recordings == 4
+
+
+config = types.ModuleType("experiment_config")   # a user's configuration module, imported as a global
+config.lr, config.offset = 0.5, np.zeros(5)
+
+
+def test_attributes_of_a_user_module_read_as_module_dot_name_are_keyed_for_72_calls():
+    def step(x):
+        return x * config.lr + config.offset
+
+    compiled, x = mf.compile(step), np.linspace(-1.0, 1.0, 5)
+    try:
+        for k in range(72):
+            config.lr, config.offset = (0.5, 0.25)[k % 2], np.full(5, float(k))   # rebound, of one layout
+            assert compiled(x).tobytes() == step(x).tobytes(), f"call {k}"
+    finally:
+        config.lr, config.offset = 0.5, np.zeros(5)
+    assert compiled.recordings == 2

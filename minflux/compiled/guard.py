@@ -22,6 +22,8 @@ False
 from __future__ import annotations
 
 import argparse
+import array
+import collections
 import functools
 import random
 import struct
@@ -248,7 +250,7 @@ def _route(x):
 
 def _special_children(x):
     """What of ``x`` a guard walks where its class says (``guard_children``) or it is a class, a
-    bound method, a partial or a set; else None."""
+    bound method, a partial, a set or a deque; else None."""
     walk = getattr(type(x), "guard_children", None)
     if walk is not None:
         return walk(x)
@@ -260,6 +262,8 @@ def _special_children(x):
         return [("func", x.func), ("args", x.args), ("keywords", x.keywords)]
     if isinstance(x, set):
         return [("members", frozenset(x))]
+    if isinstance(x, collections.deque):
+        return list(enumerate(x))
     return None
 
 
@@ -310,6 +314,12 @@ def _not_walkable(x) -> str | None:
     if hasattr(cls, "__dlpack__") or hasattr(cls, "__array__") or hasattr(cls, "__cuda_array_interface__"):
         return (f"a {cls.__module__}.{cls.__name__} array; convert it first (np.asarray(x), or "
                 "np.from_dlpack(x) for a GPU array)")
+    if isinstance(x, (array.array, bytearray)):
+        return (f"{'an array.array' if isinstance(x, array.array) else 'a bytearray'}, whose contents "
+                "change without its identity and a recording does not key; pass np.asarray(x)")
+    if cls.__module__ in ("queue", "multiprocessing.queues", "asyncio.queues"):
+        return (f"a {cls.__module__}.{cls.__name__}: what the function takes from it cannot be keyed; "
+                "take the batch outside and pass the arrays")
     return None
 
 
@@ -383,7 +393,7 @@ def get(root_args: tuple, place: tuple):
 
 def _child(x, k):
     cls = x.__class__
-    if cls is list or cls is tuple or cls is dict or isinstance(x, (list, tuple, dict)):
+    if cls is list or cls is tuple or cls is dict or isinstance(x, (list, tuple, dict, collections.deque)):
         return x[k]
     if isinstance(k, _PLACE_KEYS):
         return k.read(x)
@@ -412,7 +422,7 @@ def put_into(root_args, at: tuple, items: list) -> None:
         put(root_args, at, tuple(rebuilt) if type(parent) is tuple else type(parent)(*rebuilt))
         return
     for key, value in items:
-        if isinstance(parent, (list, dict)):
+        if isinstance(parent, (list, dict, collections.deque)):
             parent[key] = value
         elif isinstance(key, FreeName):
             key.write(parent, value)

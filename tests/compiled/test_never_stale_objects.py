@@ -4,8 +4,11 @@ refused with a message naming it, or handed back as the eager function hands it 
 """
 from __future__ import annotations
 
+import array
+import collections
 import io
 import logging
+import queue
 import types
 
 import numpy as np
@@ -277,3 +280,25 @@ def test_attributes_of_a_user_module_read_as_module_dot_name_are_keyed_for_72_ca
     finally:
         config.lr, config.offset = 0.5, np.zeros(5)
     assert compiled.recordings == 2
+
+
+history = collections.deque([np.full(3, k) for k in (1.0, 2.0, 3.0, 4.0)], maxlen=4)   # a global the function reads, appended to
+
+
+def test_a_deque_is_walked_as_a_sequence_for_72_calls():
+    def step(x):
+        return x * history[-1] + history[0]
+
+    compiled, x = mf.compile(step), np.linspace(-1.0, 1.0, 3)
+    for k in range(72):
+        if k % 3 == 2:
+            history.append(np.full(3, float(k)))   # its oldest array leaves it
+        assert compiled(x).tobytes() == step(x).tobytes(), f"call {k}"
+    assert compiled.recordings == 1
+
+
+@pytest.mark.parametrize("held, named", [(array.array("d", [0.5]), "an array.array"),
+                                         (bytearray(b"ab"), "a bytearray"), (queue.Queue(), "a queue.Queue")])
+def test_a_container_whose_contents_no_key_holds_is_refused_naming_it(held, named):
+    with pytest.raises(mf.NotReplayable, match=named):
+        mf.compile(lambda x: x * len(held))(np.ones(2))

@@ -193,12 +193,15 @@ def impure_read(fn: types.FunctionType, values: list) -> str | None:
     >>> impure_read(stamp, members(stamp))
     'reads the clock (`time` in stamp)'
     """
+    for name, why in _file_reads(fn.__code__):
+        if name not in fn.__globals__:   # the builtin, or a path's method
+            return f"{why} (`{name}` in {fn.__qualname__})"
     names = _names(fn.__code__)
     for place, value in values:
         if place.kind != "global":
             continue
         if isinstance(value, types.ModuleType) and value.__name__ == "numpy":
-            why = _numpy_global_random(fn.__code__, place.name)
+            why = _numpy_impure(fn.__code__, place.name)
         else:
             why = _impure_value(value, names)
         if why:
@@ -206,19 +209,48 @@ def impure_read(fn: types.FunctionType, values: list) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=4096)
-def _numpy_global_random(code: types.CodeType, numpy_name: str) -> str | None:
-    """Why ``code`` (or the code nested in it), with global ``numpy_name`` bound to numpy, may draw
-    from numpy's global random state or make a Generator: it reads ``numpy_name.random``
-    (``np.random.normal``, ``np.random.default_rng``, ``np.random`` itself). ``rng.random()`` of a
-    Generator is an attribute of another object, no such read."""
+def _instructions(code: types.CodeType) -> list:
+    """(operation, argument) of every instruction of ``code`` and of the code nested in it."""
     steps = [(i.opname, i.argval) for i in dis.get_instructions(code)]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            steps += [(None, None)] + _instructions(const)
+    return steps
+
+
+_NUMPY_FILE_READERS = frozenset({"load", "loadtxt", "genfromtxt", "fromfile", "fromregex", "memmap"})
+_READS_A_FILE = "reads a file; read it outside and pass what it holds"
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_reads(code: types.CodeType) -> tuple:
+    """(name, why) of each read ``code`` makes of a file or of standard input: the builtins ``open``
+    and ``input`` (unless a global of that name shadows them) and a path's ``read_text`` or ``read_bytes``."""
+    found = []
+    for op, name in _instructions(code):
+        if op == "LOAD_GLOBAL" and name in ("open", "input"):
+            found.append((name, _READS_A_FILE if name == "open" else "reads standard input"))
+        elif op in ("LOAD_ATTR", "LOAD_METHOD") and name in ("read_text", "read_bytes"):
+            found.append((name, _READS_A_FILE))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=4096)
+def _numpy_impure(code: types.CodeType, numpy_name: str) -> str | None:
+    """Why ``code`` (or the code nested in it), with global ``numpy_name`` bound to numpy, may draw
+    from numpy's global random state or make a Generator (it reads ``numpy_name.random``:
+    ``np.random.normal``, ``np.random.default_rng``, ``np.random`` itself; ``rng.random()`` of a
+    Generator is an attribute of another object, no such read), or read a file (``np.load``)."""
+    steps = _instructions(code)
     for k, (op, name) in enumerate(steps[:-1]):
-        if op == "LOAD_GLOBAL" and name == numpy_name and steps[k + 1] == ("LOAD_ATTR", "random"):
-            return ("draws from numpy's global random state or makes a Generator inside the function "
-                    "(pass a np.random.Generator as an argument)")
-    nested = (_numpy_global_random(c, numpy_name) for c in code.co_consts if isinstance(c, types.CodeType))
-    return next((why for why in nested if why), None)
+        if op == "LOAD_GLOBAL" and name == numpy_name:
+            then = steps[k + 1]
+            if then == ("LOAD_ATTR", "random"):
+                return ("draws from numpy's global random state or makes a Generator inside the function "
+                        "(pass a np.random.Generator as an argument)")
+            if then[0] in ("LOAD_ATTR", "LOAD_METHOD") and then[1] in _NUMPY_FILE_READERS:
+                return _READS_A_FILE
+    return None
 
 
 def _impure_value(value, names: frozenset) -> str | None:

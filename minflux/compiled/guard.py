@@ -250,7 +250,7 @@ def _route(x):
 
 def _special_children(x):
     """What of ``x`` a guard walks where its class says (``guard_children``) or it is a class, a
-    bound method, a partial, a set or a deque; else None."""
+    bound method, a partial, a set, or one of the standard library's other containers; else None."""
     walk = getattr(type(x), "guard_children", None)
     if walk is not None:
         return walk(x)
@@ -262,9 +262,17 @@ def _special_children(x):
         return [("func", x.func), ("args", x.args), ("keywords", x.keywords)]
     if isinstance(x, set):
         return [("members", frozenset(x))]
-    if isinstance(x, collections.deque):
+    if isinstance(x, _SEQUENCES):
         return list(enumerate(x))
+    if isinstance(x, _MAPPINGS):
+        return list(x.items())
     return None
+
+
+_SEQUENCES = (collections.deque, collections.UserList)
+_MAPPINGS = (collections.ChainMap, collections.UserDict, types.MappingProxyType)
+"""The standard library's containers besides the built-in ones, walked by their items as a list or
+a dict is."""
 
 
 class _ByIdentity:
@@ -393,7 +401,7 @@ def get(root_args: tuple, place: tuple):
 
 def _child(x, k):
     cls = x.__class__
-    if cls is list or cls is tuple or cls is dict or isinstance(x, (list, tuple, dict, collections.deque)):
+    if cls is list or cls is tuple or cls is dict or isinstance(x, (list, tuple, dict, *_SEQUENCES, *_MAPPINGS)):
         return x[k]
     if isinstance(k, _PLACE_KEYS):
         return k.read(x)
@@ -422,7 +430,7 @@ def put_into(root_args, at: tuple, items: list) -> None:
         put(root_args, at, tuple(rebuilt) if type(parent) is tuple else type(parent)(*rebuilt))
         return
     for key, value in items:
-        if isinstance(parent, (list, dict, collections.deque)):
+        if isinstance(parent, (list, dict, *_SEQUENCES, *_MAPPINGS)):
             parent[key] = value
         elif isinstance(key, FreeName):
             key.write(parent, value)

@@ -302,3 +302,35 @@ def test_a_deque_is_walked_as_a_sequence_for_72_calls():
 def test_a_container_whose_contents_no_key_holds_is_refused_naming_it(held, named):
     with pytest.raises(mf.NotReplayable, match=named):
         mf.compile(lambda x: x * len(held))(np.ones(2))
+
+
+settings_chain = collections.ChainMap({"lr": 0.5}, {"shift": 1.0})
+settings_user = collections.UserDict(lr=0.5)
+scales = collections.UserList([2.0, np.ones(3)])
+
+
+def test_the_standard_librarys_other_containers_are_walked_by_their_items_for_72_calls():
+    def step(x):
+        return x * settings_chain["lr"] * settings_user["lr"] * scales[0] + scales[1] + settings_chain["shift"]
+
+    compiled, x = mf.compile(step), np.linspace(-1.0, 1.0, 3)
+    for k in range(72):
+        settings_chain["lr"], settings_user["lr"] = (0.5, 0.25)[k % 2], (0.5, -0.0)[k // 2 % 2]
+        scales[1] = np.full(3, float(k))   # an array of one layout: an input, read on every call
+        assert compiled(x).tobytes() == step(x).tobytes(), f"call {k}"
+    assert compiled.recordings == 4
+
+
+def test_reading_a_file_is_refused_naming_how(tmp_path):
+    path = tmp_path / "lr.txt"
+    path.write_text("0.5")
+    np.save(tmp_path / "w.npy", np.ones(2))
+
+    def builtin_open(x):
+        with open(path) as f:
+            return x * float(f.read())
+
+    for fn, named in [(builtin_open, "`open`"), (lambda x: x * float(path.read_text()), "`read_text`"),
+                      (lambda x: x * np.load(tmp_path / "w.npy"), "`np`")]:
+        with pytest.raises(mf.NotReplayable, match=f"reads a file.*{named}"):
+            mf.compile(fn)(np.ones(2))

@@ -108,14 +108,20 @@ def updated_in_place(x):
     return total, cell, total ** 2
 
 
+def same_kinds_as_eager(fn, make_args) -> mf.CompiledStep:
+    """``fn`` compiled, called `CALLS` times (arguments ``make_args(rng)``) beside ``fn``: the same
+    types and bits each time, from one recording."""
+    rng, step = np.random.default_rng(93), mf.compile(fn)
+    for k in range(CALLS):
+        args = make_args(rng)
+        assert kinds(step(*args)) == kinds(fn(*args)), f"call {k}"
+    assert step.recordings == 1
+    return step
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_in_place_operators_on_numpy_scalars_rebind_them_as_eagerly_for_72_calls(dtype):
-    rng = np.random.default_rng(93)
-    step = mf.compile(updated_in_place)
-    for k in range(CALLS):
-        x = rng.normal(size=(4, 3)).astype(dtype)
-        assert kinds(step(x)) == kinds(updated_in_place(x)), f"call {k}"
-    assert step.recordings == 1 and step.replays == CALLS - 1
+    same_kinds_as_eager(updated_in_place, lambda rng: (rng.normal(size=(4, 3)).astype(dtype),))
 
 
 def reading_elements(x, w):
@@ -126,12 +132,9 @@ def reading_elements(x, w):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_numpy_scalars_made_in_python_are_read_at_every_call_not_the_probes_for_72_calls(dtype):
-    rng = np.random.default_rng(94)
-    step = mf.compile(reading_elements)
-    for k in range(CALLS):
-        x, w = rng.normal(size=(3, 4)).astype(dtype), rng.normal(size=4).astype(dtype)
-        assert kinds(step(x, w)) == kinds(reading_elements(x, w)), f"call {k}"
-    assert native_form(step) is not None and step.recordings == 1
+    step = same_kinds_as_eager(reading_elements, lambda rng: (rng.normal(size=(3, 4)).astype(dtype),
+                                                               rng.normal(size=4).astype(dtype)))
+    assert native_form(step) is not None
 
 
 def integer_scalar_arithmetic(x):

@@ -272,9 +272,11 @@ for _name in _ATTRIBUTES:
 
 
 def _operators_as_eagerly(value) -> bool:
-    """Whether the recording calls Python's operator on ``value``, not numpy's ufunc: a drawn Python
-    number, or a numpy integer or boolean scalar, whose arithmetic checks overflow (warns or raises
-    under numpy's error state) where a ufunc's wraps silently."""
+    """Whether the recording calls Python's operator on ``value``, as eager code does, not numpy's
+    ufunc: a drawn Python number, or a numpy integer or boolean scalar, whose arithmetic checks
+    overflow (warns or raises under numpy's error state) where a ufunc's wraps silently. A numpy
+    float scalar's ufunc gives its operator's bits and warnings, only named without "scalar" ("divide
+    by zero encountered in divide"), and keeps the loss's arithmetic native."""
     return value.__class__ in _NUMBERS or isinstance(value, np.generic) and value.dtype.kind in "biu"
 
 

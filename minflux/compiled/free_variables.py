@@ -134,6 +134,14 @@ def _names_in_order(code: types.CodeType) -> tuple:
     return tuple(sorted(_names(code)))
 
 
+@functools.lru_cache(maxsize=4096)
+def _globals_in_order(code: types.CodeType) -> tuple:
+    """The names the code (and the code nested in it) reads or writes as globals, not as attributes:
+    ``rng.random()`` reads no global ``random``."""
+    return tuple(sorted({name for op, name in _instructions(code)
+                         if op and ("GLOBAL" in op or op.endswith("_NAME") and op != "IMPORT_NAME")}))
+
+
 def members(fn: types.FunctionType) -> list:
     """``(FreeName, value)`` for each closure cell and named global of ``fn`` (see the module docstring)."""
     out = []
@@ -144,7 +152,7 @@ def members(fn: types.FunctionType) -> list:
         except ValueError:       # a cell not yet filled (a function defined before its variable)
             continue
     module_globals = fn.__globals__
-    for name in _names_in_order(fn.__code__):
+    for name in _globals_in_order(fn.__code__):
         if name in module_globals:
             value = module_globals[name]
             out.append((FreeName("global", name), value))
@@ -197,6 +205,10 @@ def impure_read(fn: types.FunctionType, values: list) -> str | None:
         if name not in fn.__globals__:   # the builtin, or a path's method
             return f"{why} (`{name}` in {fn.__qualname__})"
     names = _names(fn.__code__)
+    for module, why in _imports(fn.__code__):
+        why = why or _impure_module(module, names)
+        if why:
+            return f"{why} (`import {module}` in {fn.__qualname__})"
     for place, value in values:
         if place.kind != "global":
             continue
@@ -246,24 +258,47 @@ def _numpy_impure(code: types.CodeType, numpy_name: str) -> str | None:
         if op == "LOAD_GLOBAL" and name == numpy_name:
             then = steps[k + 1]
             if then == ("LOAD_ATTR", "random"):
-                return ("draws from numpy's global random state or makes a Generator inside the function "
-                        "(pass a np.random.Generator as an argument)")
+                return _NUMPY_RANDOM
             if then[0] in ("LOAD_ATTR", "LOAD_METHOD") and then[1] in _NUMPY_FILE_READERS:
                 return _READS_A_FILE
     return None
 
 
+@functools.lru_cache(maxsize=4096)
+def _imports(code: types.CodeType) -> tuple:
+    """(module, why or None) for each import the code (or the code nested in it) makes as it runs:
+    ``import time`` inside the function reads the clock as a global ``time`` would; importing
+    ``random`` from numpy is its global random state."""
+    found, steps = [], _instructions(code)
+    for k, (op, name) in enumerate(steps):
+        if op == "IMPORT_NAME":
+            taken = steps[k + 1] if k + 1 < len(steps) else (None, None)
+            if name == "numpy" and taken == ("IMPORT_FROM", "random"):
+                found.append(("numpy.random", _NUMPY_RANDOM))
+            else:
+                found.append((name, None))
+    return tuple(found)
+
+
+def _impure_module(name: str, names: frozenset) -> str | None:
+    """What reading module ``name`` (its attributes among ``names``) reads that no key can hold, or None."""
+    top = name.split(".", 1)[0]
+    if top in _IMPURE_MODULES:
+        return _IMPURE_MODULES[top]
+    if top in ("os", "posix") and names & _OS_IMPURE:
+        return "reads the environment or the system's random source"
+    if name.startswith("numpy.random") and names & _NUMPY_GLOBAL_RANDOM:
+        return _NUMPY_RANDOM
+    return None
+
+
+_NUMPY_RANDOM = ("draws from numpy's global random state or makes a Generator inside the function "
+                 "(pass a np.random.Generator as an argument)")
+
+
 def _impure_value(value, names: frozenset) -> str | None:
     if isinstance(value, types.ModuleType):
-        name = value.__name__
-        if name in _IMPURE_MODULES:
-            return _IMPURE_MODULES[name]
-        if name in ("os", "posix") and names & _OS_IMPURE:
-            return "reads the environment or the system's random source"
-        if name == "numpy.random" and names & _NUMPY_GLOBAL_RANDOM:
-            return ("draws from numpy's global random state or makes a Generator inside the function "
-                    "(pass a np.random.Generator as an argument)")
-        return None
+        return _impure_module(value.__name__, names)
     if isinstance(getattr(value, "__self__", None), (np.random.RandomState, random.Random)):
         return "draws from a global random state"
     module = getattr(value, "__module__", None) or ""

@@ -317,7 +317,7 @@ def _not_walkable(x) -> str | None:
     if hasattr(cls, "__next__"):
         return (f"an iterator ({cls.__name__}): its position cannot be keyed; draw the batch outside "
                 "and pass the arrays")
-    if isinstance(x, (np.random.RandomState, random.Random)):
+    if isinstance(x, (np.random.RandomState, random.Random, np.random.BitGenerator, np.random.SeedSequence)):
         return f"a {cls.__name__}, whose draws a recording cannot follow; pass a np.random.Generator"
     if hasattr(cls, "__dlpack__") or hasattr(cls, "__array__") or hasattr(cls, "__cuda_array_interface__"):
         return (f"a {cls.__module__}.{cls.__name__} array; convert it first (np.asarray(x), or "

@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 import pytest
+from numpy.random import Generator
 
 import minflux as mf
 from minflux.compiled import step as step_module
@@ -191,12 +192,37 @@ def test_a_generator_in_a_global_is_drawn_from_on_every_replay():
     assert not same(got[0], got[1])
 
 
+def imports_the_clock(x):
+    import time
+    return x * (time.time() % 1.0)
+
+
+def imports_the_environment(x):
+    import os
+    return x * len(os.environ)
+
+
+def imports_numpys_random(x):
+    from numpy import random as npr
+    return x + npr.normal()
+
+
+@pytest.mark.parametrize("fn, why", [(imports_the_clock, "reads the clock"), (imports_the_environment, "environment"),
+                                     (imports_numpys_random, "numpy's global random")])
+def test_an_import_inside_the_function_is_read_as_a_global_would_be(fn, why):
+    with pytest.raises(mf.NotReplayable, match=f"{why}.*`import"):
+        mf.compile(fn)(np.ones(2))
+
+
 def test_objects_that_cannot_be_keyed_are_refused():
     f = mf.compile(lambda batches: next(batches) * 2.0)
     with pytest.raises(mf.NotReplayable, match="iterator"):
         f(iter([np.ones(2), np.zeros(2)]))
     with pytest.raises(mf.NotReplayable, match="RandomState"):
         mf.compile(lambda r, x: x + r.normal(size=2))(np.random.RandomState(0), np.ones(2))
+    for source in (np.random.PCG64(0), np.random.SeedSequence(1)):   # a Generator made of one draws anew
+        with pytest.raises(mf.NotReplayable, match=f"{type(source).__name__}, whose draws"):
+            mf.compile(lambda bits, x: x + Generator(bits).random())(source, np.ones(2))
 
     class ForeignArray:        # what a torch or JAX array looks like to the guard
         def __init__(self, value):

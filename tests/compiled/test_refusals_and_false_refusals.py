@@ -167,6 +167,14 @@ def test_a_generator_arguments_random_method_beside_numpy_replays_for_72_calls()
     matches_eager(noisy, lambda k: (data(k), np.random.default_rng(k)), calls=72)
 
 
+def test_an_attribute_named_like_a_module_global_is_no_read_of_that_global_for_72_calls():
+    """``rng.random()`` in a module that imports Python's ``random``: the attribute reads no global."""
+    import random
+    namespace = {"__name__": "experiment", "random": random, "np": np}
+    exec("def noisy(x, rng):\n    return np.tanh(x) * rng.random()\n", namespace)   # noqa: S102 (the test's own text)
+    matches_eager(namespace["noisy"], lambda k: (data(k), np.random.default_rng(k)), calls=72)
+
+
 def test_a_dropout_layer_and_an_initialiser_made_inside_from_a_generator_argument_replay_for_72_calls():
     def noisy_step(x, rng):
         def loss(x):

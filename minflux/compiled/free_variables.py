@@ -1,14 +1,17 @@
 """What a function reads besides its arguments, as the guard walks it.
 
-A compiled function's result depends on its closure cells, on the module globals its code names
-(the code of the functions and lambdas defined inside it included), and on the same of the user
-functions, classes and methods those lead to. `members` lists them as ``(FreeName, value)`` pairs
-for the guard to walk like arguments: a number there is keyed by its bits, an array becomes an input
-of the recording, a function is followed in turn. Library code (minflux, numpy and the other
-packages below, the standard library) is not followed: its globals are the library's own.
+A compiled function's result depends on its closure cells, on the module globals its code loads or
+stores (the code of the functions and lambdas defined inside it included; an attribute of the same
+name is no global) and the attributes it names of a user module among them (``config.lr``), and on
+the same of the user functions, classes (their methods and class attributes) and methods those lead
+to. `members` lists them as ``(FreeName, value)`` pairs for the guard to walk like arguments: a
+number there is keyed by its bits, an array becomes an input of the recording, a function is followed
+in turn. Library code (minflux, numpy and the other packages below, the standard library) is not
+followed: its globals are the library's own.
 
 `impure_read` finds what no key can hold: the clock, Python's and numpy's global random state, the
-environment, a Generator made inside the function. Those are refused at the recording.
+environment (through a global or an import inside the function), a Generator made inside the
+function, a file read. Those are refused at the recording.
 
 >>> scale = 2.0
 >>> def f(x):

@@ -42,16 +42,12 @@ The commands are the same kernel and the same BLAS routine on the same operands,
 gives the Python form's bits; each product is checked once against its Python call's bits before it is used. A numpy
 product checks the floating-point status flags numpy's error state acts on, as numpy does; where one
 is raised, that product is done again by ``np.matmul``, which raises or warns as numpy would.
-
->>> import numpy as np
->>> native_text("@ = $(@, @, out=$)")
-(4, 18)
+What a statement's text says (its call, its arguments, its buffers) is read by `native_statements`.
 """
 from __future__ import annotations
 
 import ctypes
 import operator
-import re
 from typing import NamedTuple
 
 import numpy as np
@@ -65,48 +61,15 @@ from . import native_groups
 from .native_places import Places
 from .native_probe import Probe, _arrays, _leaves, command_of
 from .native_results import NewResults, filled, marks, rendered
+from .native_statements import (_argument_slots, _call, _in_buffers, _reads_numbers_from_slots, _Slot,
+                                _symbolic_arguments)
 from .traced import _method_caller
 
-_PLACEHOLDER = re.compile(r"[@$]")
 _VIEWS = {operator.getitem, np.reshape, np.transpose, np.squeeze, np.expand_dims, np.ravel, np.swapaxes,
           np.moveaxis, np.broadcast_to, *(_method_caller(name) for name in
                                           ("reshape", "view", "transpose", "swapaxes", "squeeze", "ravel"))}
 _ATTRIBUTE_VIEWS = {repr(operator.attrgetter(name)) for name in ("T", "mT")}
 """Operations without effects whose results are views: left out where nothing in Python reads them."""
-
-
-def native_text(text: str) -> tuple[int, int] | None:
-    """Where the call of statement ``text`` starts (at its callable's ``$``) and ends, or None."""
-    if text.startswith("$("):
-        start = 0
-    elif "= " in text:
-        start = text.index("= ") + 2
-    else:
-        return None
-    if text[start:start + 2] != "$(":
-        return None
-    depth = 0
-    for end in range(start + 1, len(text)):
-        depth += text[end] in "([{"
-        depth -= text[end] in ")]}"
-        if depth == 0:
-            return start, end + 1
-    return None
-
-
-def _count(text: str) -> int:
-    return len(_PLACEHOLDER.findall(text))
-
-
-def _call(st) -> tuple | None:
-    """(where the call of statement ``st`` starts and ends in its text, where its callable is among its
-    params and where the params after the call start), or None where it calls nothing."""
-    span = native_text(st.text)
-    if span is None:
-        return None
-    start, end = span
-    first = _count(st.text[:start])
-    return start, end, first, first + _count(st.text[start:end])
 
 
 def probed(statements: list, probe: Probe) -> list:
@@ -422,56 +385,6 @@ def _joined(ranges: tuple) -> list:
         else:
             joined.append((first, end))
     return joined
-
-
-class _Slot(int):
-    """A slot standing for its value in `_symbolic_arguments`."""
-
-
-def _symbolic_arguments(st) -> tuple[tuple, dict]:
-    """The arguments of the call of statement ``st``, each slot among them a `_Slot`."""
-    start, end, first, last = _call(st)
-    params = iter(st.params[first + 1:last])
-    names: dict = {}
-
-    def name(match) -> str:
-        names[f"p{len(names)}"] = _Slot(next(params)) if match.group() == "@" else next(params)
-        return f"p{len(names) - 1}"
-
-    arguments = _PLACEHOLDER.sub(name, st.text[start + 2:end - 1])
-    return eval(f"(lambda *a, **k: (a, k))({arguments})", {}, names)   # noqa: S307 (our own text)
-
-
-def _in_buffers(st) -> list:
-    """The slots statement ``st``, a call given planned buffers (its last parameter, ``out=``), binds to
-    results in them: each of its results, except those it makes new (a None among the buffers)."""
-    out = st.params[-1]
-    if not (out.__class__ is list or out.__class__ is tuple) or all(o is not None for o in out):
-        return list(st.writes)
-    names = st.text.split(" = ", 1)[0].replace(",", " ").split() if " = " in st.text else []
-    if len(names) != len(out):
-        return []
-    kept, writes = [], iter(st.writes)
-    for name, buffer in zip(names, out):   # "@, _, @ = ...": the results unpacked in order, "_" unbound
-        if name == "@":
-            slot = next(writes)
-            if buffer is not None:
-                kept.append(slot)
-    return kept
-
-
-def _reads_numbers_from_slots(st, positions: list, keywords: list) -> bool:
-    """Whether an argument of statement ``st`` that held a number at the probe (at ``positions`` or
-    ``keywords``) reads a slot: a value of this call (an element of an input), not a constant."""
-    args, kwargs = _symbolic_arguments(st)
-    return any(_Slot in map(type, _leaves(x)) for x in [*(args[i] for i in positions), *(kwargs[k] for k in keywords)])
-
-
-def _argument_slots(st, positions: tuple) -> list:
-    """The slots at ``positions`` among the flattened arguments of statement ``st`` (`_leaves`)."""
-    args, kwargs = _symbolic_arguments(st)
-    leaves = _leaves((args, tuple(kwargs.values())))
-    return [leaves[i] for i in positions if leaves[i].__class__ is _Slot]
 
 
 class _At(NamedTuple):

@@ -282,7 +282,7 @@ def test_attributes_of_a_user_module_read_as_module_dot_name_are_keyed_for_72_ca
     assert compiled.recordings == 2
 
 
-history = collections.deque([np.full(3, k) for k in (1.0, 2.0, 3.0, 4.0)], maxlen=4)   # a global the function reads, appended to
+history = collections.deque([np.full(3, k) for k in (1.0, 2.0, 3.0, 4.0)], maxlen=4)   # read, and appended to
 
 
 def test_a_deque_is_walked_as_a_sequence_for_72_calls():

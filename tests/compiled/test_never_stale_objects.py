@@ -1,6 +1,7 @@
 """Objects a compiled function reads, changes or returns: free variables it writes, dict keys, generators,
-bound methods, 0-d arrays, library objects, and results whose dtype the data choose. Each is keyed,
-refused with a message naming it, or handed back as the eager function hands it back, bit for bit.
+bound methods, 0-d arrays, library objects, results whose dtype the data choose, class attributes, a
+user module's attributes, the standard library's containers, subclasses of ndarray and files. Each is
+keyed, refused with a message naming it, or handed back as the eager function hands it back, bit for bit.
 """
 from __future__ import annotations
 

@@ -45,6 +45,9 @@ _IMPURE_MODULES = {"time": "reads the clock", "datetime": "reads the clock", "ra
                    "draws from Python's global random state", "secrets": "draws from the system's "
                    "random source", "uuid": "makes a random identifier"}
 _OS_IMPURE = frozenset({"environ", "getenv", "environb", "getenvb", "urandom", "getrandom", "times"})
+_WARNING_FILTERS = frozenset({"catch_warnings", "simplefilter", "filterwarnings", "resetwarnings"})
+_CHANGES_FILTERS = ("changes Python's warning filters, which a replay does not repeat (numpy's own warnings "
+                    "follow np.errstate, which it does: use that)")
 _GENERATOR_CLASSES = frozenset({"Generator", "BitGenerator", "SeedSequence", "PCG64", "PCG64DXSM",
                                 "MT19937", "Philox", "SFC64"})
 _NUMPY_GLOBAL_RANDOM = frozenset(set(np.random.__all__) - _GENERATOR_CLASSES)
@@ -292,6 +295,8 @@ def _impure_module(name: str, names: frozenset) -> str | None:
         return "reads the environment or the system's random source"
     if name.startswith("numpy.random") and names & _NUMPY_GLOBAL_RANDOM:
         return _NUMPY_RANDOM
+    if top == "warnings" and names & _WARNING_FILTERS:
+        return _CHANGES_FILTERS
     return None
 
 
@@ -307,6 +312,8 @@ def _impure_value(value, names: frozenset) -> str | None:
     module = getattr(value, "__module__", None) or ""
     if callable(value) and module.split(".", 1)[0] in _IMPURE_MODULES:
         return _IMPURE_MODULES[module.split(".", 1)[0]]
+    if callable(value) and module == "warnings" and getattr(value, "__name__", "") in _WARNING_FILTERS:
+        return _CHANGES_FILTERS
     if callable(value) and module.startswith("numpy.random") and getattr(value, "__name__", "") == "default_rng":
         return "makes a Generator inside the function (pass a np.random.Generator as an argument)"
     if value is os.environ or (callable(value) and getattr(value, "__name__", "") in ("getenv", "urandom")

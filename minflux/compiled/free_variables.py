@@ -161,12 +161,24 @@ def members(fn: types.FunctionType) -> list:
     for name in _globals_in_order(fn.__code__):
         if name in module_globals:
             value = module_globals[name]
-            out.append((FreeName("global", name), value))
-            if isinstance(value, types.ModuleType) and value.__name__.split(".", 1)[0] not in _LIBRARIES:
-                out += [(FreeName("module", name, -1, attribute), getattr(value, attribute))   # config.lr
-                        for attribute in _names_in_order(fn.__code__) if attribute in vars(value)
-                        and not (attribute.startswith("__") and attribute.endswith("__"))]
+            if not is_user_module(value):
+                out.append((FreeName("global", name), value))
+                continue
+            out += [(FreeName("module", name, -1, attribute), getattr(value, attribute))   # config.lr
+                    for attribute in _names_in_order(fn.__code__) if attribute in vars(value)
+                    and not (attribute.startswith("__") and attribute.endswith("__"))]
     return out
+
+
+def is_user_module(value) -> bool:
+    """Whether ``value`` is a module of the user's (not of a library `followed` skips): its attributes
+    are data a function may read.
+
+    >>> import math, types
+    >>> is_user_module(math), is_user_module(types.ModuleType("experiment_config"))
+    (False, True)
+    """
+    return isinstance(value, types.ModuleType) and value.__name__.split(".", 1)[0] not in _LIBRARIES
 
 
 def class_members(cls: type) -> list:

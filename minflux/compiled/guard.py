@@ -38,7 +38,8 @@ from ..pointwise.lazy import set_fusion
 from ..runtime import settings as runtime_settings
 from ..schedule.traced import Traced
 from ..tensor import Tensor
-from .free_variables import Base, FreeName, Member, class_members, followed, impure_read, is_library, members
+from .free_variables import (Base, FreeName, Member, class_members, followed, impure_read, is_library,
+                             is_user_module, members)
 
 GENERATOR = "generator"
 _PLAIN = frozenset({int, bool, str, bytes, type(None)})
@@ -216,8 +217,8 @@ _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
  _USER_ATTRIBUTES) = (object() for _ in range(10))
 _ROUTES: dict = {}
 """Class -> how `flatten` walks its objects (a route above, or why it refuses them), for every
-class whose objects all go one way: not a class object (a class is walked by what it is) nor a
-recording's stand-in of an array."""
+class whose objects all go one way: not a class object (a class is walked by what it is), a module
+(a user's is walked, a library's keyed by identity) nor a recording's stand-in of an array."""
 
 
 def _route(x):
@@ -243,14 +244,15 @@ def _route(x):
         route = _not_walkable(x) or (_OPAQUE if _opaque(x) else _OBJECT)
         if route is _OBJECT and not isinstance(x, (list, tuple, dict)) and tree.children(x) is not None:
             route = _ATTRIBUTES if is_library(x.__class__) else _USER_ATTRIBUTES   # walked by its __dict__
-    if not isinstance(x, (type, Traced)):
+    if not isinstance(x, (type, Traced, types.ModuleType)):   # a class, a module: walked by what it is
         _ROUTES[x.__class__] = route
     return route
 
 
 def _special_children(x):
     """What of ``x`` a guard walks where its class says (``guard_children``) or it is a class, a
-    bound method, a partial, a set, or one of the standard library's other containers; else None."""
+    bound method, a partial, a set, a user's module, or one of the standard library's other containers;
+    else None."""
     walk = getattr(type(x), "guard_children", None)
     if walk is not None:
         return walk(x)
@@ -262,6 +264,8 @@ def _special_children(x):
         return [("func", x.func), ("args", x.args), ("keywords", x.keywords)]
     if isinstance(x, set):
         return [("members", frozenset(x))]
+    if is_user_module(x):   # reached otherwise than as a global its code names (in a closure, an argument)
+        return [(name, value) for name, value in vars(x).items() if not (name.startswith("__") and name.endswith("__"))]
     if isinstance(x, _SEQUENCES):
         return list(enumerate(x))
     if isinstance(x, _MAPPINGS):

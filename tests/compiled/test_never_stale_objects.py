@@ -269,15 +269,19 @@ config = types.ModuleType("experiment_config")   # a user's configuration module
 config.lr, config.offset = 0.5, np.zeros(5)
 
 
-def test_attributes_of_a_user_module_read_as_module_dot_name_are_keyed_for_72_calls():
-    def step(x):
-        return x * config.lr + config.offset
+def in_a_closure(settings):
+    return lambda x, _: x * settings.lr + settings.offset
 
+
+@pytest.mark.parametrize("step", [lambda x, _: x * config.lr + config.offset,   # a global
+                                  in_a_closure(config),
+                                  lambda x, settings: x * settings.lr + settings.offset])   # an argument
+def test_attributes_of_a_user_module_are_keyed_for_72_calls(step):
     compiled, x = mf.compile(step), np.linspace(-1.0, 1.0, 5)
     try:
         for k in range(72):
             config.lr, config.offset = (0.5, 0.25)[k % 2], np.full(5, float(k))   # rebound, of one layout
-            assert compiled(x).tobytes() == step(x).tobytes(), f"call {k}"
+            assert compiled(x, config).tobytes() == step(x, config).tobytes(), f"call {k}"
     finally:
         config.lr, config.offset = 0.5, np.zeros(5)
     assert compiled.recordings == 2

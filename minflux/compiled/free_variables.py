@@ -165,9 +165,18 @@ def members(fn: types.FunctionType) -> list:
                 out.append((FreeName("global", name), value))
                 continue
             out += [(FreeName("module", name, -1, attribute), getattr(value, attribute))   # config.lr
-                    for attribute in _names_in_order(fn.__code__) if attribute in vars(value)
+                    for attribute in _attribute_names(fn.__code__) if attribute in vars(value)
                     and not (attribute.startswith("__") and attribute.endswith("__"))]
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _attribute_names(code: types.CodeType) -> tuple:
+    """The names the code (and the code nested in it) may read as attributes, sorted: those it names,
+    and its string constants that could be one (``getattr(config, "lr")``)."""
+    strings = {c for c in code.co_consts if isinstance(c, str) and c.isidentifier()}
+    nested = (_attribute_names(c) for c in code.co_consts if isinstance(c, types.CodeType))
+    return tuple(sorted(strings.union(_names(code), *nested)))
 
 
 def is_user_module(value) -> bool:

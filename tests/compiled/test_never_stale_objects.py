@@ -273,15 +273,16 @@ def in_a_closure(settings):
     return lambda x, _: x * settings.lr + settings.offset
 
 
-@pytest.mark.parametrize("step", [lambda x, _: x * config.lr + config.offset,   # a global
-                                  in_a_closure(config),
-                                  lambda x, settings: x * settings.lr + settings.offset])   # an argument
-def test_attributes_of_a_user_module_are_keyed_for_72_calls(step):
+@pytest.mark.parametrize("step, given", [(lambda x, _: x * config.lr + config.offset, None),   # a global
+                                         (lambda x, _: x * getattr(config, "lr") + config.offset, None),
+                                         (in_a_closure(config), None),
+                                         (lambda x, settings: x * settings.lr + settings.offset, config)])
+def test_attributes_of_a_user_module_are_keyed_for_72_calls(step, given):
     compiled, x = mf.compile(step), np.linspace(-1.0, 1.0, 5)
     try:
         for k in range(72):
             config.lr, config.offset = (0.5, 0.25)[k % 2], np.full(5, float(k))   # rebound, of one layout
-            assert compiled(x, config).tobytes() == step(x, config).tobytes(), f"call {k}"
+            assert compiled(x, given).tobytes() == step(x, given).tobytes(), f"call {k}"
     finally:
         config.lr, config.offset = 0.5, np.zeros(5)
     assert compiled.recordings == 2

@@ -166,7 +166,7 @@ def members(fn: types.FunctionType) -> list:
                 continue
             out += [(FreeName("module", name, -1, attribute), getattr(value, attribute))   # config.lr
                     for attribute in _attribute_names(fn.__code__) if attribute in vars(value)
-                    and not (attribute.startswith("__") and attribute.endswith("__"))]
+                    and not is_dunder(attribute)]
     return out
 
 
@@ -190,6 +190,15 @@ def is_user_module(value) -> bool:
     return isinstance(value, types.ModuleType) and value.__name__.split(".", 1)[0] not in _LIBRARIES
 
 
+def is_dunder(name: str) -> bool:
+    """Whether ``name`` is Python's own (``__module__``, ``__dict__``...), not data of a class or module.
+
+    >>> is_dunder("__doc__"), is_dunder("_scale")
+    (True, False)
+    """
+    return name.startswith("__") and name.endswith("__")
+
+
 def class_members(cls: type) -> list:
     """``(Member, function)`` for each function defined in ``cls``, ``(name, value)`` for each other
     attribute of its own namespace but the dunder ones (a class attribute its code may read through
@@ -205,7 +214,7 @@ def class_members(cls: type) -> list:
         fn = _function_of(value)
         if fn is not None:
             out.append((Member(name), fn))
-        elif not (name.startswith("__") and name.endswith("__")):
+        elif not is_dunder(name):
             out.append((name, value))
     out += [(Base(i), base) for i, base in enumerate(cls.__bases__) if not is_library(base)]
     return out
@@ -248,12 +257,14 @@ def impure_read(fn: types.FunctionType, values: list) -> str | None:
     return None
 
 
-def _instructions(code: types.CodeType) -> list:
-    """(operation, argument) of every instruction of ``code`` and of the code nested in it."""
-    steps = [(i.opname, i.argval) for i in dis.get_instructions(code)]
+@functools.lru_cache(maxsize=4096)
+def _instructions(code: types.CodeType) -> tuple:
+    """(operation, argument) of every instruction of ``code`` and of the code nested in it (a
+    ``(None, None)`` between two code objects)."""
+    steps = tuple((i.opname, i.argval) for i in dis.get_instructions(code))
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            steps += [(None, None)] + _instructions(const)
+            steps += ((None, None),) + _instructions(const)
     return steps
 
 

@@ -38,8 +38,8 @@ from ..pointwise.lazy import set_fusion
 from ..runtime import settings as runtime_settings
 from ..schedule.traced import Traced
 from ..tensor import Tensor
-from .free_variables import (Base, FreeName, Member, class_members, followed, impure_read, is_library,
-                             is_user_module, members)
+from .free_variables import (Base, FreeName, Member, class_members, followed, impure_read, is_dunder,
+                             is_library, is_user_module, members)
 
 GENERATOR = "generator"
 _PLAIN = frozenset({int, bool, str, bytes, type(None)})
@@ -265,7 +265,7 @@ def _special_children(x):
     if isinstance(x, set):
         return [("members", frozenset(x))]
     if is_user_module(x):   # reached otherwise than as a global its code names (in a closure, an argument)
-        return [(name, value) for name, value in vars(x).items() if not (name.startswith("__") and name.endswith("__"))]
+        return [(name, value) for name, value in vars(x).items() if not is_dunder(name)]
     if isinstance(x, _SEQUENCES):
         return list(enumerate(x))
     if isinstance(x, _MAPPINGS):
@@ -277,6 +277,8 @@ _SEQUENCES = (collections.deque, collections.UserList)
 _MAPPINGS = (collections.ChainMap, collections.UserDict, types.MappingProxyType)
 """The standard library's containers besides the built-in ones, walked by their items as a list or
 a dict is."""
+_INDEXED = (list, tuple, dict, *_SEQUENCES, *_MAPPINGS)
+"""The containers whose children a place reaches by indexing."""
 
 
 class _ByIdentity:
@@ -405,7 +407,7 @@ def get(root_args: tuple, place: tuple):
 
 def _child(x, k):
     cls = x.__class__
-    if cls is list or cls is tuple or cls is dict or isinstance(x, (list, tuple, dict, *_SEQUENCES, *_MAPPINGS)):
+    if cls is list or cls is tuple or cls is dict or isinstance(x, _INDEXED):
         return x[k]
     if isinstance(k, _PLACE_KEYS):
         return k.read(x)
@@ -434,7 +436,7 @@ def put_into(root_args, at: tuple, items: list) -> None:
         put(root_args, at, tuple(rebuilt) if type(parent) is tuple else type(parent)(*rebuilt))
         return
     for key, value in items:
-        if isinstance(parent, (list, dict, *_SEQUENCES, *_MAPPINGS)):
+        if isinstance(parent, _INDEXED):   # not a tuple: rebuilt above
             parent[key] = value
         elif isinstance(key, FreeName):
             key.write(parent, value)

@@ -42,12 +42,15 @@ from .schedule import operation
 
 __all__ = ["matmul", "PARALLEL_MIN_MULTIPLY_ADDS"]
 
-PARALLEL_MIN_MULTIPLY_ADDS = 1 << 27
-"""Products with fewer multiply-adds than this run on one thread. Measured on two idle cores (CPU time
-of the split product against one BLAS call): 50-105 million multiply-adds split 1.3-1.4x faster for
-1.24-1.28x the CPU, 157-202 million 1.6-1.9x faster for 1.01-1.10x, 20 billion 1.96x faster for 1.01x.
-A default that costs more CPU than one thread is not the fast setting on a busy machine, so only
-products from 2^27 split."""
+PARALLEL_MIN_MULTIPLY_ADDS = 1 << 24
+"""Products with fewer multiply-adds than this run on one thread; larger ones are cut into shares, which
+run at once where their first calls measured that faster (`SplitChoice`) and one after the other
+otherwise, at no measurable cost (0.97-1.01x one BLAS call, from 4 to 6,700 million multiply-adds).
+Split against one BLAS call on two idle cores of a 2-core AMD EPYC (Zen 4, KVM), float32, wall time
+and CPU time: 4 million multiply-adds 0.77x as fast for 1.83x the CPU (waking the worker costs more than
+half the product saves), 10 million 1.09x faster for 1.38x, 26 million 1.44x for 1.17x, 53 million
+1.66x for 1.08x, 105 million 1.78-1.80x for 1.02-1.05x. On a busy machine the shares run in turn
+(`threads_now`), so the floor costs CPU only where a core is idle."""
 
 _BLOCK = 64   # columns (or rows) per unit of work: whole register tiles of the GEMM kernels
 _at_once: dict = {}   # (shape, dtype, library, shares) -> whether a cut product's shares gain from running at once

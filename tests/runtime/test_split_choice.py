@@ -13,7 +13,7 @@ from minflux.compiler import numba_backend
 from minflux.runtime.split_choice import TRIES
 
 
-# each test launches functions of its own: a launcher keeps its choice for good
+# each test launches functions of its own: a launcher keeps its choice (until a recheck, 100 calls on)
 def scaled_tanh_for_slow_splits(x, b):
     return mf.tanh(x) * b + x
 
@@ -164,6 +164,34 @@ def test_a_product_cut_into_more_shares_measures_afresh(monkeypatch):
     for _ in range(2 * TRIES + 2):
         matrix_product.matmul(a, b)
     assert ran == [2, 1] * TRIES + [1, 1] + [2, 1] * TRIES + [1, 1]
+
+
+def test_a_choice_its_first_calls_made_while_the_other_core_was_busy_turns_at_a_recheck(monkeypatch):
+    from minflux import matrix_product
+    from minflux.runtime import split_choice
+    from tests.compiled.test_models_compiled import bits
+
+    monkeypatch.setattr(split_choice, "RECHECK_EVERY", 3)
+    monkeypatch.setattr(matrix_product, "PARALLEL_MIN_MULTIPLY_ADDS", 1)
+    monkeypatch.setattr(matrix_product, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(matrix_product, "threads_now", lambda: 2)
+    busy, ran, real = [True], [], matrix_product.run_rows
+
+    def run_rows(call, r0, r1, n_threads, args):   # one thread 10 ms; shares at once 20 ms while busy, then 5
+        ran.append(n_threads)
+        time.sleep(0.01 if n_threads == 1 else 0.02 if busy[0] else 0.005)
+        real(call, r0, r1, n_threads, args)
+
+    monkeypatch.setattr(matrix_product, "run_rows", run_rows)
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((8, 16)), rng.standard_normal((16, 2 * matrix_product._BLOCK + 7))  # a shape of its own
+    first = bits(matrix_product.matmul(a, b))
+    for _ in range(2 * TRIES - 1):
+        assert bits(matrix_product.matmul(a, b)) == first
+    busy[0] = False
+    for _ in range(7):
+        assert bits(matrix_product.matmul(a, b)) == first   # at once or in turn, the same calls
+    assert ran == [2, 1] * TRIES + [1, 1, 1] + [2] + [2, 2, 2]   # chosen in turn; the recheck at once turns it
 
 
 @pytest.mark.parametrize("slow, kept", [("split", 1), ("one", 2)])

@@ -10,7 +10,8 @@ same tokens.
 
 Each measurement is a fresh process (`_own_process`): one implementation, its first step
 (compilation included: numba kernels from a warm disk cache, XLA's compile, PyTorch's none), for
-minflux's native form the steps until its native replays learned what to run at once, then
+minflux's native form the steps until its native replays learned what to run at once, and for
+every minflux step those until each of its split choices was made (`minflux_step`), then
 ``--steps`` timed steps, each with its wall and CPU time, then the step's peak memory (the process's
 peak resident set during a step, reset through ``/proc/self/clear_refs``, minus its resident set
 before it after ``malloc_trim``, plus the buffers a compiled step keeps for its intermediates).
@@ -78,13 +79,37 @@ def training_step(model, opt, x, y, state):
     return boundaries
 
 
+LEARN_MAX_STEPS = 30
+"""Untimed steps at most until every split choice of a minflux step is made (`learn`)."""
+
+
+def _choices_made_from_now() -> list:
+    """Every `SplitChoice` made in this process from now on, in the list returned (a benchmark's
+    view into the runtime: the class is wrapped)."""
+    from minflux.runtime import split_choice
+
+    made, init = [], split_choice.SplitChoice.__init__
+
+    def noted(self):
+        init(self)
+        made.append(self)
+
+    split_choice.SplitChoice.__init__ = noted
+    return made
+
+
 def minflux_step(size, layer_norm, mode, compiled=False, steady=False, native=True):
     """One minflux step; ``compiled``: the same function through `mf.compile` (recorded in the
     first step, replayed in the timed ones); ``steady``: in the form a run replays once compiled
     (the straight-line function with its buffers), compiled at the first replay instead, and with
-    ``native`` (the default, as in a run) its native form, built at the second."""
+    ``native`` (the default, as in a run) its native form, built at the second. ``step.learn()``
+    steps until its kernels, cut products and native steps chose whether to run split: a choice
+    measures only while the second core is free, so on a busy moment its measuring calls would
+    spill into the timed steps (`minflux.runtime.split_choice`)."""
     import minflux as mf
     from minflux.runtime import native_runner, settings
+
+    choices = _choices_made_from_now()
 
     settings.set("native_replay", native)
     if steady:
@@ -116,6 +141,13 @@ def minflux_step(size, layer_norm, mode, compiled=False, steady=False, native=Tr
                 seconds = time.perf_counter() - start
         return seconds
 
+    def learn() -> None:
+        for _ in range(LEARN_MAX_STEPS):
+            if mf.get_num_threads() == 1 or all(c.splits is not None for c in choices):
+                return
+            step()
+
+    step.learn = learn
     if compiled:
         step.settle = settle
         step.held_bytes = lambda: run.buffer_bytes
@@ -215,6 +247,8 @@ def worker(setting: str, impl: str, size_name: str, layer_norm: str, steps: str)
     result = {"first_step_s": first}
     if hasattr(step, "settle"):
         result["recording_s"] = step.settle() or first
+    if hasattr(step, "learn"):
+        step.learn()
     result.update(samples=timed(step, int(steps)), peak_bytes=peak_step_bytes(step))
     if hasattr(step, "copy_fraction"):
         result["copy_fraction"] = step.copy_fraction()
@@ -274,6 +308,8 @@ def table(results: dict, rounds: int, steps: int, load: list) -> str:
              "products, arithmetic and copies the replay probed for run as native commands between the "
              "Python calls that remain, built here at the second replay (the default) and timed once its "
              f"first {WARMUP_CALLS} native replays learned which of its steps gain from running at once; "
+             f"every minflux step is timed once its split choices are made (at most {LEARN_MAX_STEPS} untimed "
+             "steps: a choice measures only while the second core is free); "
              "(Python replay) "
              "stays in the straight-line function (`MINFLUX_NATIVE_REPLAY=0`). The seconds of the call "
              "that recorded them follow the first step.\n")

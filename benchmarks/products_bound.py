@@ -71,11 +71,12 @@ def _operand(shape, strides, dtype, rng):
 
 
 def _products_alone(seen: list, repeats: int) -> dict:
-    """The seconds of the recorded products run alone (the median of each, summed) and their
-    multiply-adds."""
+    """The seconds of the recorded products run alone (the median of each, summed, once a cut product's
+    split choice is made) and their multiply-adds."""
     import numpy as np
 
     from minflux.matrix_product import _matmul_2d
+    from minflux.runtime.split_choice import TRIES
 
     rng = np.random.default_rng(0)
     counts: dict = {}
@@ -85,6 +86,8 @@ def _products_alone(seen: list, repeats: int) -> dict:
     for (a_shape, a_strides, b_shape, b_strides, dtype), count in counts.items():
         a, b = _operand(a_shape, a_strides, dtype, rng), _operand(b_shape, b_strides, dtype, rng)
         out = np.empty((a_shape[0], b_shape[1]), dtype)
+        for _ in range(2 * TRIES):   # a cut product's first calls measure whether its shares gain at once
+            _matmul_2d(a, b, out)
         times = []
         for _ in range(repeats):
             start = time.perf_counter()
@@ -174,6 +177,7 @@ def worker(setting: str, size_name: str, steps: str, repeats: str) -> int:
     size = SIZES[size_name]
     step = minflux_step(size, size.get("layer_norm", False), "auto", compiled=True, steady=True)
     step.settle()
+    step.learn()
     step()                                   # the straight-line replay, its buffers planned
     seen = _products_of_one_replay(step)
     samples, parts = _timed_with_parts(step, int(steps))

@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import markdown_table, write_results  # noqa: E402
-from _own_process import SETTINGS, cores, cpu_per_wall, run_worker, setting_label, timed  # noqa: E402
+from _own_process import (SETTINGS, WARMUP_CALLS, cores, cpu_per_wall, run_worker, setting_label,  # noqa: E402
+                          timed)
 from hmlstm_step import SIZES, minflux_step  # noqa: E402
 
 
@@ -76,7 +77,6 @@ def _products_alone(seen: list, repeats: int) -> dict:
     import numpy as np
 
     from minflux.matrix_product import _matmul_2d
-    from minflux.runtime.split_choice import TRIES
 
     rng = np.random.default_rng(0)
     counts: dict = {}
@@ -86,7 +86,7 @@ def _products_alone(seen: list, repeats: int) -> dict:
     for (a_shape, a_strides, b_shape, b_strides, dtype), count in counts.items():
         a, b = _operand(a_shape, a_strides, dtype, rng), _operand(b_shape, b_strides, dtype, rng)
         out = np.empty((a_shape[0], b_shape[1]), dtype)
-        for _ in range(2 * TRIES):   # a cut product's first calls measure whether its shares gain at once
+        for _ in range(WARMUP_CALLS):   # a cut product's first calls measure whether its shares gain at once
             _matmul_2d(a, b, out)
         times = []
         for _ in range(repeats):

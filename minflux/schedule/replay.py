@@ -60,7 +60,11 @@ time, 585 ms for 2,928 operations at the small size, 1,691 ms for 7,106 at the d
 `benchmarks/replay_overhead.py`), and the compiled forms save about 30% of a replay as a program
 (0.7 of 2.25 us per operation on the 16 x 16 Dense chain, 38 of 135 ms on the default step). By the
 time the program has run this long it has lost about what compiling costs (the rent-or-buy rule:
-whatever the number of replays that follow, within about twice the cost of the best choice)."""
+whatever the number of replays that follow, within about twice the cost of the best choice).
+Both are CPU time of the thread that runs them (`time.thread_time`): a busy machine slows replays
+and compiling alike, and a replay's wall time would have a loaded machine compile after a third of
+the replays (the default experiment's step after 11 rather than 28 with four busy loops beside it),
+and a short run pay for compiling it never earns back."""
 
 _SIMPLE = (int, float, bool, str, type(None))
 _PLACEHOLDER = re.compile(r"[@$]")
@@ -101,7 +105,7 @@ class Replay:
         self._blank = [None] * (recording.slots - recording.n_inputs)
         self._program = _program(self._statements)
         self._compiled = None
-        self._interpreted = 0.0         # seconds the replays so far took as a program
+        self._interpreted = 0.0         # CPU seconds the replays so far took as a program
         self.compiled_after = None      # the replays run as a program before it compiled
         self._source_and_values = None
         self._planned: list[_Statement] | None = None
@@ -139,11 +143,11 @@ class Replay:
                     self.replays += 1
                     if self.replays <= COMPILE_AFTER and \
                             self._interpreted < self.n_steps * COMPILE_SECONDS_PER_OPERATION:
-                        start = time.perf_counter()
+                        start = time.thread_time()
                         try:
                             return self._interpret(inputs)
                         finally:
-                            self._interpreted += time.perf_counter() - start
+                            self._interpreted += time.thread_time() - start
                     run = self._compiled = self._compile()
                     self.compiled_after = self.replays - 1
                     self._probe_next = True

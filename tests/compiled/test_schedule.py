@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextvars
+import time
 import weakref
 
 import numpy as np
@@ -205,7 +206,7 @@ class Clock:
     def __init__(self):
         self.seconds = 0.0
 
-    def perf_counter(self) -> float:
+    def thread_time(self) -> float:
         return self.seconds
 
 
@@ -240,3 +241,27 @@ def test_a_replay_compiles_once_its_program_has_taken_what_compiling_would(slow,
         assert step(x).tobytes() == f(x).tobytes(), f"call {k}"
     (entry,) = step._entries.values()
     assert entry.replay.compiled_after == compiled_after and entry.replay.native is not None
+
+
+@mf.operation(results="new")
+def waiting_double(x):
+    """Twice ``x``, after 5 ms asleep: a replay that waits as one does for a core on a busy machine."""
+    time.sleep(0.005)
+    return x * 2.0
+
+
+def test_a_replay_that_waits_without_using_the_cpu_is_not_compiled_sooner(monkeypatch):
+    """Its three operations may run 15 ms as a program before compiling (5 ms each here): asleep 5 ms
+    in each replay, as a replay waits for a core on a busy machine, it would have compiled after its
+    third on wall time, but its CPU time is a fraction of a millisecond, so it compiles at
+    `COMPILE_AFTER` (12 here), as an idle machine would (wall time had a loaded machine compile the
+    default experiment's step after 11 replays rather than 28). Every call gives the eager bits."""
+    monkeypatch.setattr("minflux.schedule.replay.COMPILE_AFTER", 12)
+    monkeypatch.setattr("minflux.schedule.replay.COMPILE_SECONDS_PER_OPERATION", 0.005)
+    f = lambda x: np.multiply(waiting_double(np.add(x, 1.0)), 3.0)   # noqa: E731
+    step, rng = mf.compile(f), np.random.default_rng(0)
+    for k in range(72):
+        x = rng.normal(size=4)
+        assert step(x).tobytes() == f(x).tobytes(), f"call {k}"
+    (entry,) = step._entries.values()
+    assert entry.replay.compiled_after == 12

@@ -117,6 +117,20 @@ def _command_kind(tag: int) -> str:
     return "bookkeeping" if ir.POWERS <= tag < ir.PREDICATE else "elementwise and sums"
 
 
+def best_time(program, first: int, end: int, calls: int) -> float:
+    """The best seconds of ``calls`` runs of the native commands from word ``first`` to word ``end`` of
+    ``program`` (a native form's), alone on this thread."""
+    from minflux.runtime import native_runner
+
+    best = float("inf")
+    for _ in range(calls):
+        start = time.perf_counter()
+        native_runner.run(program, first, end)
+        best = min(best, time.perf_counter() - start)
+        program[0] = -1   # a check that stopped the walk (the state is spent) says nothing here
+    return best
+
+
 def _commands_alone(form, repeats: int) -> dict:
     """Seconds and counts by `COMMAND_KINDS` of every command of the native form (a product's share
     is one), each run alone on this thread, best of ``repeats``, less the best time of a call that
@@ -124,22 +138,12 @@ def _commands_alone(form, repeats: int) -> dict:
     from minflux.runtime import native_runner
 
     program, seconds, counts = form.program, dict.fromkeys(COMMAND_KINDS, 0.0), dict.fromkeys(COMMAND_KINDS, 0)
-
-    def best_of(calls: int, first: int, end: int) -> float:
-        best = float("inf")
-        for _ in range(calls):
-            start = time.perf_counter()
-            native_runner.run(program, first, end)
-            best = min(best, time.perf_counter() - start)
-            program[0] = -1   # a check that stopped the walk (the state is spent) says nothing here
-        return best
-
-    empty = best_of(100, 1, 1)
+    empty = best_time(program, 1, 1, 100)
     at = 1
     while at < len(program):
         end = at + native_runner.command_size(program, at)
         kind = _command_kind(int(program[at]))
-        seconds[kind] += max(best_of(repeats, at, end) - empty, 0.0)
+        seconds[kind] += max(best_time(program, at, end, repeats) - empty, 0.0)
         counts[kind] += 1
         at = end
     return {"seconds": seconds, "counts": counts, "empty_call": empty}

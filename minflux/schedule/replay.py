@@ -62,9 +62,9 @@ time, 585 ms for 2,928 operations at the small size, 1,691 ms for 7,106 at the d
 time the program has run this long it has lost about what compiling costs (the rent-or-buy rule:
 whatever the number of replays that follow, within about twice the cost of the best choice).
 Both are CPU time of the thread that runs them (`time.thread_time`): a busy machine slows replays
-and compiling alike, and a replay's wall time would have a loaded machine compile after a third of
-the replays (the default experiment's step after 11 rather than 28 with four busy loops beside it),
-and a short run pay for compiling it never earns back."""
+and compiling alike, and wall time would have a loaded machine compile sooner (the default
+experiment's step after 11 replays rather than 28 with four busy loops beside it) and a short run pay
+for compiling it never earns back."""
 
 _SIMPLE = (int, float, bool, str, type(None))
 _PLACEHOLDER = re.compile(r"[@$]")

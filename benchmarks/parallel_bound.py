@@ -12,13 +12,14 @@ none), and what it reads and writes is what the native form's planner orders com
 Python statements between segments are barriers) in program order, each command as soon as every
 earlier command it shares memory with is done and a worker is free, a command cut into shares on
 every worker at once at its time over the workers (`list_schedule`). It reports the commands' time
-on one worker, on two workers with a cost for each wake-up of the second (0, 25, 50 and 80 us:
-waking a sleeping thread on the 2-core EPYC of the tables costs 25-80 us, `minflux.runtime.threads`)
-and on any number of workers (the dependency graph's critical path).
+on one worker, on two workers with a cost for each wake-up of the second (0, 25, 50 and 80 us: on
+the 2-core EPYC of the tables a sleeping worker starts its share 35 us late, "Threads" in
+docs/runtime.md) and on any number of workers (the dependency graph's critical path).
 
 It is a bound, not a schedule the runner could run as is: it reorders freely within a segment,
-takes no time for a worker to learn that the command it waits on is done, and lets shares gain
-their full count (two shares of a product measured 1.44-1.80x faster than one call here, not 2x).
+takes no time for a worker to learn that the command it waits on is done (the caller wakes 32 us
+after its worker ends there), and lets shares gain their full count (two shares of a product from
+2^24 multiply-adds ran 1.44-1.80x faster than one call there, `minflux.matrix_product`, not 2x).
 
     python benchmarks/parallel_bound.py [--sizes small,default,ptb] [--repeats 5]
 """

@@ -20,6 +20,8 @@ It is a bound, not a schedule the runner could run as is: it reorders freely wit
 takes no time for a worker to learn that the command it waits on is done (the caller wakes 32 us
 after its worker ends there), and lets shares gain their full count (two shares of a product from
 2^24 multiply-adds ran 1.44-1.80x faster than one call there, `minflux.matrix_product`, not 2x).
+Its two-worker schedule is greedy, so a cleverer order could beat it a little; the column of any
+number of workers is the exact critical path.
 
     python benchmarks/parallel_bound.py [--sizes small,default,ptb] [--repeats 5]
 """

@@ -130,6 +130,7 @@ class NativeForm:
         templates: list = []        # of the results with arrays made new on every call (`native_results`)
         self._made: list = []       # the arrays made for them on this call
         self._skip = (-1, -1)       # the first and end words of a command whose call ran in Python instead
+        self._left: list = []       # what a step run at once left to run in program order (`in_groups`)
         steady = set(range(len(inputs)))   # slots whose arrays lie where they lay at the probe, or in an input
         for index, st in enumerate(statements):
             found = probe.commands.get(index)
@@ -324,7 +325,7 @@ class NativeForm:
         return True
 
     def segment(self, first: int, end: int) -> None:
-        """Run the commands from word ``first`` to word ``end``; a product whose floating-point check
+        """Run the commands from word ``first`` to word ``end``; a command whose floating-point check
         failed is done again by numpy, which raises or warns as its error state says."""
         program = self.program
         if first == self._skip[0]:   # its call ran in Python (`_refreshed`)
@@ -337,35 +338,74 @@ class NativeForm:
             if stopped < 0:
                 return
             program[0] = -1
-            fn, operands, first, errstate = self._redo[stopped]
-            *args, out = [_array_at(int(program[x.word]), *x[1:]) if x.__class__ is _At else x for x in operands]
-            with np.errstate(**errstate):   # the state at its call: the statements setting it may be left out
-                fn(*args, out=out)
+            first = self._redone(stopped)
             if first >= end:
                 return
+
+    def _redone(self, stopped: int) -> int:
+        """Do the command whose check stopped the walk at word ``stopped`` again by numpy; the word after it."""
+        fn, operands, after, errstate = self._redo[stopped]
+        *args, out = [_array_at(int(self.program[x.word]), *x[1:]) if x.__class__ is _At else x for x in operands]
+        with np.errstate(**errstate):   # the state at its call: the statements setting it may be left out
+            fn(*args, out=out)
+        return after
 
     def in_groups(self, steps: list, choices: list) -> None:
         """Run a segment's ``steps`` (`native_groups.word_steps`): the commands of a word range in turn,
         the products of a group (or a product and the commands beside it), a kernel's row shares or a
         product's shares at once on the threads free now, or one after the other where one is free or
         the step's first calls measured that faster (its `SplitChoice` in ``choices``, shared by the
-        steps of like commands); where a product's check failed, the group's products are run again in
-        turn. Each command is the same call either way."""
-        for step, choice in zip(steps, choices):
+        steps of like commands). Each command is the same call either way. The steps may run a command
+        before an earlier one: where a check stops one, every command not run yet runs in turn in
+        program order, numpy doing each stopped one again in its place (`_in_order`), so that numpy
+        warns and raises as the eager call does."""
+        for at, (step, choice) in enumerate(zip(steps, choices)):
             if choice is None:
-                self.segment(*step)
+                left = self._in_turn([step])
             else:
                 choice.run(min(threads_now(), len(step)), lambda threads, step=step: self._step(step, threads))
+                left, self._left = self._left, []
+            if left:
+                self._in_order(left, steps[at + 1:])
+                return
+
+    def _in_turn(self, ranges) -> list:
+        """Run the commands of word ``ranges`` one after the other; where a check stops one, what is
+        left: (first word, end word, whether the walk stopped at its first) of each range."""
+        program = self.program
+        for k, (first, end) in enumerate(ranges):
+            if first == self._skip[0]:   # its call ran in Python (`_refreshed`)
+                first, self._skip = self._skip[1], (-1, -1)
+            if first < end:
+                self._run(first, end, 0, 0, 0, self._address)
+                stopped = int(program[0])
+                if stopped >= 0:
+                    program[0] = -1
+                    return [(stopped, end, True), *((f, e, False) for f, e in ranges[k + 1:])]
+        return []
+
+    def _in_order(self, left: list, steps: list) -> None:
+        """Run what is ``left`` of a step (`_in_turn`) and every command of ``steps`` in program order."""
+        for step in steps:
+            left += [(first, end, False) for first, end in ([step] if step[0].__class__ is int else _joined(step))]
+        for first, end, stopped in sorted(left):
+            if stopped:
+                first = self._redone(first)
+            if first < end:
+                self.segment(first, end)
 
     def _step(self, step: tuple, threads: int) -> None:
-        if threads > 1:
-            run_rows(self._run_ranges, 0, len(step), threads, (step,))
-            if self.program[0] < 0:
-                return
+        """The ranges of ``step`` at once, or in turn on one thread; where a check stopped one, what is left
+        is left (`_in_turn`): a group's products and a product's shares to run again, not the commands
+        beside a product, which have no check and ran once."""
+        if threads < 2:
+            self._left = self._in_turn(_joined(step))
+            return
+        run_rows(self._run_ranges, 0, len(step), threads, (step,))
+        if self.program[0] >= 0:
             self.program[0] = -1
-            step = [words for words in step if words.__class__ is not native_groups.Beside]   # ran whole
-        for first, end in _joined(step):   # one product's shares: its redo does them all, once
-            self.segment(first, end)
+            self._left = [(first, end, False) for first, end in
+                          _joined([words for words in step if words.__class__ is not native_groups.Beside])]
 
     def _run_ranges(self, r0: int, r1: int, ranges: tuple) -> None:
         for first, end in ranges[r0:r1]:

@@ -111,6 +111,15 @@ def located(spans: list | None, places) -> tuple:
     return tuple(found)
 
 
+def _writes_inputs(accesses: tuple) -> bool:
+    """Whether a command's accesses (`located`) write the replay's inputs (or memory of unknown extent).
+
+    >>> _writes_inputs(((_INPUTS, 0, 0, False), (0, 10, 20, True))), _writes_inputs(_EVERYWHERE)
+    (False, True)
+    """
+    return any(place == _INPUTS and written for place, _, _, written in accesses)
+
+
 def _share(x: tuple, y: tuple) -> bool:
     """Whether two commands' accesses meet where one of them writes."""
     for place, low, high, written in x:
@@ -132,8 +141,11 @@ def plan(accesses_of, multiply_adds: list, most: int, beside: list | None = None
     two products may run, they run together; where one may and another is waiting on commands that
     do not wait on it, those commands run first; where one product would run alone, the commands
     that may run beside it (ready, and the ones after them ready once those have run) do. Otherwise
-    the first command that may run does. A long segment is planned in windows of `WINDOW` commands,
-    one after the other (the work grows with the cube of a window's length)."""
+    the first command that may run does. A command that writes the replay's inputs runs only once
+    every earlier command has run (never in a group, beside a product or ahead of an earlier command):
+    where an earlier one raises, the eager call never wrote them. A long segment is planned
+    in windows of `WINDOW` commands, one after the other (the work grows with the cube of a window's
+    length)."""
     n = len(multiply_adds)
     if n > WINDOW:
         windows = range(0, n, WINDOW)
@@ -144,6 +156,9 @@ def plan(accesses_of, multiply_adds: list, most: int, beside: list | None = None
     if most < 2 or sum(large) < (1 if beside is not None and any(beside) else 2):
         return list(range(n))
     access_lists = [accesses_of(i) for i in range(n)]
+    stays = [_writes_inputs(spans) for spans in access_lists]
+    large = [m and not s for m, s in zip(large, stays)]
+    beside = beside and [b and not s for b, s in zip(beside, stays)]
     after = [{k for k in range(j) if _share(access_lists[k], access_lists[j])} for j in range(n)]
     before_it: list = []            # every command each one waits on, directly or not
     for j in range(n):
@@ -159,8 +174,8 @@ def plan(accesses_of, multiply_adds: list, most: int, beside: list | None = None
             continue
         waiting = [j for j in range(n) if large[j] and j not in done and j not in ready
                    and not before_it[j].intersection(products)]
-        step = next((k for k in ready if not large[k] and any(k in before_it[j] for j in waiting)), None) \
-            if products and waiting else None
+        step = next((k for k in ready if not large[k] and not (stays[k] and k > ready[0])
+                     and any(k in before_it[j] for j in waiting)), None) if products and waiting else None
         step = ready[0] if step is None else step
         run = _beside_run(step, ready, done, after, beside) if large[step] and beside is not None else []
         order.append((step, run) if run else step)

@@ -127,6 +127,49 @@ def products_and_copies(h, g, k, u, v, w):
     return np.add(np.stack([a, b]), 1.0), np.multiply(c, 2.0)
 
 
+def product_scaling_product(h, u, x, g, v):
+    """A product, a scaling that may overflow and a second product that needs neither: the two products
+    run together, ahead of the scaling."""
+    a = matrix_product.matmul(h, u)
+    c = np.multiply(x, 1e30)
+    return np.add(np.add(a, matrix_product.matmul(g, v)), c)
+
+
+def caught(fn, *args) -> tuple:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        result = fn(*args)
+    return result, [str(w.message) for w in seen]
+
+
+@pytest.mark.parametrize("when", ["raise", "warn"])
+def test_a_check_run_after_a_later_product_warns_and_raises_in_the_eager_order(when, groups_at_every_size,
+                                                                                numpys_product):
+    """The scaling and the second product overflow: the eager call warns for the scaling first, or
+    raises there; so does the step, although it ran the product first."""
+    rng = np.random.default_rng(6)
+    step = mf.compile(product_scaling_product)
+    with np.errstate(over=when):
+        for k in range(CALLS):
+            h, g, _, u, v, _ = inputs(rng)
+            x = rng.normal(size=(8, 24)).astype(np.float32)
+            assert bits(step(h, u, x, g, v)) == bits(product_scaling_product(h, u, x, g, v)), f"call {k}"
+        form = native_form(step)
+        assert form.n_grouped == 2 and form.n_commands == 5
+        x, g, v = np.full_like(x, 1e30), np.full_like(g, 1e38), np.ones_like(v)   # 1e60 and 12 terms of 1e38
+        if when == "raise":
+            with pytest.raises(FloatingPointError, match="overflow encountered in multiply"):
+                product_scaling_product(h, u, x, g, v)
+            with pytest.raises(FloatingPointError, match="overflow encountered in multiply"):
+                step(h, u, x, g, v)
+        else:
+            want, eager_warnings = caught(product_scaling_product, h, u, x, g, v)
+            got, step_warnings = caught(step, h, u, x, g, v)
+            assert len(eager_warnings) == 2 and step_warnings == eager_warnings
+            assert bits(got) == bits(want)
+    assert step.recordings == 1
+
+
 @pytest.mark.parametrize("case", ["hmlstm-branch-ln", pytest.param("lstm-cell", marks=pytest.mark.slow)])
 def test_training_with_products_run_together_equals_eager_to_the_bit_for_72_steps(case, groups_at_every_size):
     assert native_form(trained_to_eagers_bits(case, seed=8)).n_grouped > 0
@@ -162,6 +205,10 @@ def meet(x, y) -> bool:
     return bool(cells(x, True) & cells(y, False)) or bool(cells(y, True) & cells(x, False))
 
 
+def writes_inputs(accesses) -> bool:
+    return any(p == native_groups._INPUTS and w for p, _, _, w in accesses)
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_a_plan_runs_every_command_once_after_everything_it_depends_on(seed):
     rng = np.random.default_rng(seed)
@@ -185,6 +232,8 @@ def test_a_plan_runs_every_command_once_after_everything_it_depends_on(seed):
         for i in range(j):
             if meet(accesses[i], accesses[j]):
                 assert when[i] < when[j], f"command {j} ran before {i}, whose memory it shares"
+            if writes_inputs(accesses[j]):
+                assert when[i] < when[j], f"command {j} writes the inputs before {i} ran"
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -220,6 +269,8 @@ def test_commands_run_beside_a_product_keep_every_dependency(seed):
             if meet(accesses[i], accesses[j]):
                 assert when[i] < when[j] and (when[i][0] < when[j][0] or when[i][1] > 0), \
                     f"command {j} ran before or beside {i}, whose memory it shares"
+            if writes_inputs(accesses[j]):
+                assert when[i][0] < when[j][0], f"command {j} writes the inputs before or beside {i}"
     if seed == 0:
         assert runs > 0
 

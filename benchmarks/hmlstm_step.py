@@ -90,8 +90,8 @@ def _choices_made_from_now() -> list:
 
     made, init = [], split_choice.SplitChoice.__init__
 
-    def noted(self):
-        init(self)
+    def noted(self, *args):
+        init(self, *args)
         made.append(self)
 
     split_choice.SplitChoice.__init__ = noted

@@ -45,13 +45,14 @@ class SplitChoice:
     (1, False)
     """
 
-    __slots__ = ("best", "counts", "splits", "calls")
+    __slots__ = ("best", "counts", "splits", "calls", "gain")
 
-    def __init__(self):
+    def __init__(self, gain: float = 0.0):
         self.best = [float("inf"), float("inf")]   # one thread, split
         self.counts = [0, 0]
         self.splits: bool | None = None
         self.calls = 0   # calls with a second thread free since the choice, the next recheck at `RECHECK_EVERY`
+        self.gain = gain   # how much less time a split call must take to be chosen: 0.03 for 3%
 
     def threads(self, free: int) -> int:
         """The threads the next call runs on, given the ``free`` ones: while measuring, split and
@@ -65,26 +66,25 @@ class SplitChoice:
     def _rechecking(self) -> bool:
         return self.calls >= RECHECK_EVERY
 
-    def run(self, free: int, work) -> None:
-        """Call ``work(n_threads)`` on the threads this choice gives for ``free`` ones, timing the call
+    def run(self, free: int, work):
+        """``work(n_threads)`` on the threads this choice gives for ``free`` ones, timing the call
         while measuring or rechecking (only where a second thread was free: a busy machine says nothing
         of splitting).
 
         >>> choice = SplitChoice()
-        >>> choice.run(2, lambda n: None); choice.counts
-        [0, 1]
+        >>> choice.run(2, lambda n: n), choice.counts
+        (2, [0, 1])
         """
         n_threads = self.threads(free)
         if free <= 1:
-            work(n_threads)
-            return
+            return work(n_threads)
         if self.splits is not None and not self._rechecking():
             self.calls += 1
-            work(n_threads)
-            return
+            return work(n_threads)
         start = time.perf_counter()
-        work(n_threads)
+        result = work(n_threads)
         self.took(n_threads, time.perf_counter() - start)
+        return result
 
     def took(self, n_threads: int, seconds: float) -> None:
         """Note that a call on ``n_threads`` threads took ``seconds``: while measuring, or at a recheck
@@ -102,5 +102,5 @@ class SplitChoice:
         self.counts[way] += 1
         self.best[way] = min(self.best[way], seconds)
         if min(self.counts) >= TRIES:
-            self.splits = self.best[1] < self.best[0]
+            self.splits = self.best[1] < self.best[0] * (1.0 - self.gain)
             self.calls = 0

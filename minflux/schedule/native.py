@@ -37,7 +37,8 @@ assignment of that result (the same arena arrays every call); views (an index, a
 commands read are not made at all. Consecutive commands form a segment, run by one call of the
 native runner, so a replay alternates segments and the Python calls that remain; within a segment,
 independent products large enough to gain from it run at once on the free cores (`native_groups`),
-where their first calls measured that faster than in turn.
+where their first calls measured that faster than in turn and whole replays that way faster than with
+every step in turn (`native_steps`).
 The commands are the same kernel and the same BLAS routine on the same operands, so the native form
 gives the Python form's bits; each product is checked once against its Python call's bits before it is used. A numpy
 product checks the floating-point status flags numpy's error state acts on, as numpy does; where one
@@ -46,21 +47,19 @@ What a statement's text says (its call, its arguments, its buffers) is read by `
 """
 from __future__ import annotations
 
-import ctypes
 import operator
-from typing import NamedTuple
 
 import numpy as np
 
 from ..runtime import native_runner
 from ..runtime.pointers import pointers
-from ..runtime.row_pool import run_rows
 from ..runtime.split_choice import SplitChoice
-from ..runtime.threads import threads_now, usable_cores
+from ..runtime.threads import usable_cores
 from . import native_groups
 from .native_places import Places
 from .native_probe import Probe, _arrays, _leaves, command_of
 from .native_results import NewResults, filled, marks, rendered
+from .native_steps import NativeSteps, _At
 from .native_statements import (_argument_slots, _call, _in_buffers, _reads_numbers_from_slots, _Slot,
                                 _symbolic_arguments)
 from .traced import _method_caller
@@ -92,7 +91,7 @@ def probed(statements: list, probe: Probe) -> list:
     return result
 
 
-class NativeForm:
+class NativeForm(NativeSteps):
     """The commands of a probed replay and the statements that run them (see the module docstring).
 
     ``statements``: the straight-line statements with segments in place of commands; ``n_commands``
@@ -196,6 +195,7 @@ class NativeForm:
         self.n_beside = 0           # products run beside other commands
         accesses = lambda i: native_groups.located(native_groups.accesses(*probe.made_of[i]), places)  # noqa: E731
         self.statements, self.n_segments = self._segments(statements, natives, refreshes, outputs, work, accesses)
+        self._at_once = any(st.params and st.params[0] == self.in_groups for st in self.statements)
         self.n_commands = len(natives)
         tags = []   # of every runner command (a statement's command may be several)
         for index, (first, end, _) in natives.items():
@@ -324,117 +324,6 @@ class NativeForm:
             self.program[self._patch_at] = bases[self._patch_which] + self._patch_offset
         return True
 
-    def segment(self, first: int, end: int) -> None:
-        """Run the commands from word ``first`` to word ``end``; a command whose floating-point check
-        failed is done again by numpy, which raises or warns as its error state says."""
-        program = self.program
-        if first == self._skip[0]:   # its call ran in Python (`_refreshed`)
-            first, self._skip = self._skip[1], (-1, -1)
-            if first >= end:
-                return
-        while True:
-            self._run(first, end, 0, 0, 0, self._address)
-            stopped = int(program[0])
-            if stopped < 0:
-                return
-            program[0] = -1
-            first = self._redone(stopped)
-            if first >= end:
-                return
-
-    def _redone(self, stopped: int) -> int:
-        """Do the command whose check stopped the walk at word ``stopped`` again by numpy; the word after it."""
-        fn, operands, after, errstate = self._redo[stopped]
-        *args, out = [_array_at(int(self.program[x.word]), *x[1:]) if x.__class__ is _At else x for x in operands]
-        with np.errstate(**errstate):   # the state at its call: the statements setting it may be left out
-            fn(*args, out=out)
-        return after
-
-    def in_groups(self, steps: list, choices: list) -> None:
-        """Run a segment's ``steps`` (`native_groups.word_steps`): the commands of a word range in turn,
-        the products of a group (or a product and the commands beside it), a kernel's row shares or a
-        product's shares at once on the threads free now, or one after the other where one is free or
-        the step's first calls measured that faster (its `SplitChoice` in ``choices``, shared by the
-        steps of like commands). Each command is the same call either way. The steps may run a command
-        before an earlier one: where a check stops one, every command not run yet runs in turn in
-        program order, numpy doing each stopped one again in its place (`_in_order`), so that numpy
-        warns and raises as the eager call does."""
-        for at, (step, choice) in enumerate(zip(steps, choices)):
-            if choice is None:
-                left = self._in_turn([step])
-            else:
-                choice.run(min(threads_now(), len(step)), lambda threads, step=step: self._step(step, threads))
-                left, self._left = self._left, []
-            if left:
-                self._in_order(left, steps[at + 1:])
-                return
-
-    def _in_turn(self, ranges) -> list:
-        """Run the commands of word ``ranges`` one after the other; where a check stops one, what is
-        left: (first word, end word, whether the walk stopped at its first) of each range."""
-        program = self.program
-        for k, (first, end) in enumerate(ranges):
-            if first == self._skip[0]:   # its call ran in Python (`_refreshed`)
-                first, self._skip = self._skip[1], (-1, -1)
-            if first < end:
-                self._run(first, end, 0, 0, 0, self._address)
-                stopped = int(program[0])
-                if stopped >= 0:
-                    program[0] = -1
-                    return [(stopped, end, True), *((f, e, False) for f, e in ranges[k + 1:])]
-        return []
-
-    def _in_order(self, left: list, steps: list) -> None:
-        """Run what is ``left`` of a step (`_in_turn`) and every command of ``steps`` in program order."""
-        for step in steps:
-            left += [(first, end, False) for first, end in ([step] if step[0].__class__ is int else _joined(step))]
-        for first, end, stopped in sorted(left):
-            if stopped:
-                first = self._redone(first)
-            if first < end:
-                self.segment(first, end)
-
-    def _step(self, step: tuple, threads: int) -> None:
-        """The ranges of ``step`` at once, or in turn on one thread; where a check stopped one, what is left
-        is left (`_in_turn`): a group's products and a product's shares to run again, not the commands
-        beside a product, which have no check and ran once."""
-        if threads < 2:
-            self._left = self._in_turn(_joined(step))
-            return
-        run_rows(self._run_ranges, 0, len(step), threads, (step,))
-        if self.program[0] >= 0:
-            self.program[0] = -1
-            self._left = [(first, end, False) for first, end in
-                          _joined([words for words in step if words.__class__ is not native_groups.Beside])]
-
-    def _run_ranges(self, r0: int, r1: int, ranges: tuple) -> None:
-        for first, end in ranges[r0:r1]:
-            self._run(first, end, 0, 0, 0, self._address)
-
-
-def _joined(ranges: tuple) -> list:
-    """Word ranges with each one that ends where the next begins joined to it.
-
-    >>> _joined(((1, 5), (5, 9), (12, 14)))
-    [(1, 9), (12, 14)]
-    """
-    joined = [ranges[0]]
-    for first, end in ranges[1:]:
-        if joined[-1][1] == first:
-            joined[-1] = (joined[-1][0], end)
-        else:
-            joined.append((first, end))
-    return joined
-
-
-class _At(NamedTuple):
-    """A redo's array: at the address in word ``word`` of the program, laid out so."""
-
-    word: int
-    shape: tuple
-    strides: tuple
-    dtype: np.dtype
-
 
 def _redo_operands(command) -> list | bool:
     """The operands of ``command``'s redo, each array as an `_At` the position of its address among
@@ -478,8 +367,3 @@ def _is_view(st) -> bool:
 class _Moving(int):
     """Stands for the results of a statement whose results are new on every call: `NativeForm`'s
     ``_templates[self]`` filled with this call's arrays."""
-
-
-def _array_at(address: int, shape: tuple, strides: tuple, dtype) -> np.ndarray:
-    extent = sum((n - 1) * s for n, s in zip(shape, strides)) + dtype.itemsize   # strides are not negative
-    return np.ndarray(shape, dtype, (ctypes.c_char * extent).from_address(address), 0, strides)

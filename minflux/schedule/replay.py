@@ -189,7 +189,7 @@ class Replay:
                 statements = with_dead_slots(form.statements, self._outputs)
                 fast = self._function(*_straight_line(statements, self._outputs, self.n_inputs))
                 python = self.straight_line = self._compiled
-                self._compiled = lambda inputs: fast(inputs) if form.patch(inputs) else python(inputs)
+                self._compiled = lambda inputs: form.replay(fast, python, inputs)
         return result
 
 

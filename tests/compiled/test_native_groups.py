@@ -23,7 +23,7 @@ from tests.compiled.test_native_replay import compile_after_five_replays, native
 @pytest.fixture
 def groups_at_every_size(monkeypatch):
     monkeypatch.setattr(native_groups, "GROUP_MIN_MULTIPLY_ADDS", 1)
-    monkeypatch.setattr("minflux.schedule.native.threads_now", lambda: 2)
+    monkeypatch.setattr("minflux.schedule.native_steps.threads_now", lambda: 2)
     monkeypatch.setattr("minflux.schedule.native.usable_cores", lambda: 2)
 
 

@@ -25,7 +25,7 @@ from tests.compiled.test_native_replay import with_warnings
 def cut_in_two(request, monkeypatch):
     monkeypatch.setattr(matrix_product, "PARALLEL_MIN_MULTIPLY_ADDS", 1)
     monkeypatch.setattr(matrix_product, "get_num_threads", lambda: 2)
-    for where in ("minflux.schedule.native", "minflux.matrix_product"):
+    for where in ("minflux.schedule.native_steps", "minflux.matrix_product"):
         monkeypatch.setattr(f"{where}.threads_now", lambda: request.param)
     monkeypatch.setattr("minflux.schedule.native.usable_cores", lambda: 2)
     return request.param

@@ -101,7 +101,7 @@ def test_a_compiled_step_gives_eagers_bits_for_72_calls_whichever_way_its_kernel
     launches_with(monkeypatch, slow)
     monkeypatch.setattr("minflux.schedule.replay.COMPILE_AFTER", 5)
     native_runner.load_runner()   # here, rather than on the thread a replay starts
-    monkeypatch.setattr("minflux.schedule.native.threads_now", lambda: 2)
+    monkeypatch.setattr("minflux.schedule.native_steps.threads_now", lambda: 2)
     monkeypatch.setattr("minflux.schedule.native.usable_cores", lambda: 2)
     rng = np.random.default_rng(2)
     compiled = mf.compile(step)
@@ -123,7 +123,7 @@ def cut_products_with(monkeypatch, slow: str) -> dict:
 
     monkeypatch.setattr(matrix_product, "PARALLEL_MIN_MULTIPLY_ADDS", 1)
     monkeypatch.setattr(matrix_product, "get_num_threads", lambda: 2)
-    monkeypatch.setattr(native, "threads_now", lambda: 2)
+    monkeypatch.setattr("minflux.schedule.native_steps.threads_now", lambda: 2)
     monkeypatch.setattr(native, "usable_cores", lambda: 2)
     ran = {"eager": slowed_pool(monkeypatch, matrix_product, slow), "native": []}   # eager: the pool either way
     real_step = native.NativeForm._step
@@ -196,21 +196,56 @@ def test_a_choice_its_first_calls_made_while_the_other_core_was_busy_turns_at_a_
 
 @pytest.mark.parametrize("slow, kept", [("split", 1), ("one", 2)])
 def test_a_native_steps_shares_run_at_once_only_where_that_measured_faster_with_eagers_bits(monkeypatch, slow, kept):
-    from tests.compiled.test_models_compiled import CALLS, bits
+    from tests.compiled.test_models_compiled import CALLS
+
+    ran = cut_products_with(monkeypatch, slow)["native"]
+    replayed_with_two_products(monkeypatch, CALLS)
+    measured = [2, 1] * TRIES    # each of the two products' steps, alternately at once and in turn
+    assert ran[:4 * TRIES] == [n for n in measured for _ in range(2)]
+    whole = [kept, 1] * TRIES    # then whole replays: each step as it chose, and every step in turn
+    assert ran[4 * TRIES:8 * TRIES] == [n for n in whole for _ in range(2)]
+    assert ran[8 * TRIES:] == [kept] * (len(ran) - 8 * TRIES)
+
+
+def replayed_with_two_products(monkeypatch, calls: int):
+    """``calls`` replays of two products cut in shares, each checked against the eager call's bits."""
+    from minflux.runtime import native_runner
+    from minflux.schedule.native_steps import LEARNING_REPLAYS
+    from tests.compiled.test_models_compiled import bits
     from tests.compiled.test_native_product_shares import inputs, share_steps, two_products
     from tests.compiled.test_native_replay import native_form
 
-    ran = cut_products_with(monkeypatch, slow)["native"]
+    assert LEARNING_REPLAYS == 2 * TRIES
     monkeypatch.setattr("minflux.schedule.replay.COMPILE_AFTER", 5)
+    native_runner.load_runner()   # here, rather than on the thread a replay starts
     rng = np.random.default_rng(4)
     step = mf.compile(two_products)
-    for k in range(CALLS):
+    for k in range(calls):
         args = inputs(rng, np.float32)
         assert [bits(a) for a in step(*args)] == [bits(a) for a in two_products(*args)], f"call {k}"
     assert share_steps(native_form(step)) == [2, 2]
-    measured = [2, 1] * TRIES    # each of the two products' steps, alternately at once and in turn
-    assert ran[:4 * TRIES] == [n for n in measured for _ in range(2)]
-    assert ran[4 * TRIES:] == [kept] * (len(ran) - 4 * TRIES)
+
+
+def test_a_replay_whose_steps_at_once_slow_the_steps_after_them_runs_every_step_in_turn(monkeypatch):
+    """Each step measures faster at once (in turn it takes 20 ms more), but a replay that ran one at
+    once pays 60 ms after it, where no step's own timing sees it (as data left in the other core's
+    cache cost the steps that read them): whole replays timed against each other find every step in
+    turn faster, and keep it, with the eager bits."""
+    from minflux.schedule.native_steps import NativeSteps
+
+    ran = cut_products_with(monkeypatch, "one")["native"]
+    real = NativeSteps.in_groups
+
+    def in_groups(self, steps, choices):
+        before = len(ran)
+        real(self, steps, choices)
+        if any(n > 1 for n in ran[before:]):
+            time.sleep(0.06)
+
+    monkeypatch.setattr(NativeSteps, "in_groups", in_groups)
+    replayed_with_two_products(monkeypatch, 8 * TRIES + 5)
+    assert ran[4 * TRIES:8 * TRIES] == [n for n in [2, 1] * TRIES for _ in range(2)]
+    assert ran[8 * TRIES:] == [1] * (len(ran) - 8 * TRIES) and len(ran) > 8 * TRIES
 
 
 @pytest.mark.parametrize("slow, kept", [("split", 1), ("one", 2)])

@@ -30,7 +30,12 @@ class NativeSteps:
     """The running half of `native.NativeForm`: ``program`` (its words), ``_address`` (theirs),
     ``_run`` (the runner), ``_redo`` (a checked command's word -> (numpy call, operands, end word,
     error state)), ``_skip``, ``_left`` (what a step run at once left to run in program order: an
-    empty list) and ``_at_once`` are set by the form."""
+    empty list) and ``_at_once`` are set by the form.
+
+    >>> from minflux.schedule.native import NativeForm
+    >>> issubclass(NativeForm, NativeSteps), NativeForm.in_groups is NativeSteps.in_groups
+    (True, True)
+    """
 
     _at_once = False            # whether any step may run at once
     _in_turn_only = False       # whether this replay runs every step in turn (`replay`)

@@ -52,6 +52,26 @@ def tiny_model(monkeypatch):
     return TinyLM
 
 
+@pytest.fixture
+def validation_stops_improving(monkeypatch):
+    """Every validation after the first one of a run scores worse than the one before (the evaluation
+    itself runs): a plateau at the second validation, whatever path training took. At a learning rate
+    that makes training chaotic, that path turns on the last bits of the products, which the product
+    library's choice per shape (timed on each machine) decides."""
+    import dataclasses
+
+    from minflux_train.loop import Trainer
+
+    real, calls = Trainer.validate, []
+
+    def validate(self, max_chars=None):
+        result = real(self, max_chars)
+        calls.append(None)
+        return dataclasses.replace(result, nats=float(len(calls)))
+
+    monkeypatch.setattr(Trainer, "validate", validate)
+
+
 TEXT = "the cat sat on the mat. a dog ran in the fog. " * 12
 
 

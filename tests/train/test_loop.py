@@ -133,7 +133,7 @@ def test_fresh_run_refuses_to_overwrite_an_existing_run(cfg, tmp_path, tiny_mode
     assert "already holds a run" in capsys.readouterr().err
 
 
-def test_plateau_divides_the_learning_rate(cfg, tmp_path, tiny_model):
+def test_plateau_divides_the_learning_rate(cfg, tmp_path, tiny_model, validation_stops_improving):
     config = load_config(cfg, ["optim.lr=5.0", "optim.plateau_factor=10", "optim.plateau_patience=0",
                                "train.max_steps=25"])
     train(config, RunDir(tmp_path / "run"))

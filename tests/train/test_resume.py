@@ -239,7 +239,7 @@ def test_resume_applies_a_new_learning_rate_and_clipping_and_keeps_comments(cfg,
                      "beta2=0.999, eps=1e-08)))"}
 
 
-def test_an_explicit_learning_rate_overrides_a_decayed_one(cfg, tmp_path, tiny_model):
+def test_an_explicit_learning_rate_overrides_a_decayed_one(cfg, tmp_path, tiny_model, validation_stops_improving):
     config = load_config(cfg, ["optim.lr=5.0", "optim.plateau_factor=10", "optim.plateau_patience=0",
                                "train.max_steps=25"])
     train(config, RunDir(tmp_path / "run"))

@@ -121,8 +121,8 @@ def table(dtype) -> list:
         path = cache_file(dtype)
         rows = _read(path)
         if rows is None:
-            rows = calibrate(dtype)
-            write(path, rows)
+            absent = not path.exists()
+            rows = write(path, calibrate(dtype), first=absent)
         _tables[dtype.name] = rows
     return rows
 
@@ -244,22 +244,42 @@ def _read(path: Path) -> list | None:
     return None
 
 
-def write(path: Path, rows: list) -> None:
-    """Write the table whole or not at all (a temporary file renamed over it).
+def write(path: Path, rows: list, first: bool = False) -> list:
+    """Write the table whole or not at all (a temporary file renamed over it); the rows the file holds
+    then. With ``first`` (no table was there when this process began measuring), a table another
+    process wrote meanwhile stays, and its rows are returned instead: processes that calibrate at
+    once then multiply alike, where on a CPU on which the libraries nearly tie their own measurements
+    could choose differently.
 
     >>> import json, pathlib, tempfile
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "gemm" / "t.json"
-    >>> write(path, []); json.loads(path.read_text())["rows"]
+    >>> write(path, []), json.loads(path.read_text())["rows"]
+    ([], [])
+    >>> write(path, [{"shape": [1, 1, 1, False, False], "seconds": {"numpy": 1.0}}], first=True)
     []
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if untrusted_reason(path.parent) is not None:
-            return
+            return rows
         fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump({"machine": machine(), "rows": rows}, f, indent=1)
+        if first:
+            try:
+                os.link(temporary, path)   # only where no table is there yet
+            except FileExistsError:
+                found = _read(path)
+                if found is not None:
+                    os.unlink(temporary)
+                    return found
+            except OSError:
+                pass   # a file system without hard links: renamed over it
+            else:
+                os.unlink(temporary)
+                return rows
         os.replace(temporary, path)
     except OSError as e:
         warn_once(f"could not save the product calibration in {path.parent} ({e}); it is measured "
                   "again in the next process")
+    return rows

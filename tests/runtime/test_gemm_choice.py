@@ -50,6 +50,20 @@ def test_a_calibration_is_measured_once_then_read_from_the_cache(fresh, monkeypa
     assert gemm_choice.table(np.float32) == fake_rows("mkl") and len(measured) == 1   # read, not measured
 
 
+def test_processes_that_calibrate_at_once_multiply_with_the_first_table_written(fresh, monkeypatch):
+    """Another process writes its table while this one measures: this one takes that table, and
+    leaves it, rather than choose by its own measurements (on a CPU where the libraries nearly tie,
+    the two could choose differently and give other last bits)."""
+    def measured_while_another_wrote(dtype):
+        gemm_choice.write(gemm_choice.cache_file(dtype), fake_rows("mkl"))   # the other process
+        return fake_rows("numpy")
+
+    monkeypatch.setattr(gemm_choice, "calibrate", measured_while_another_wrote)
+    assert gemm_choice.table(np.float32) == fake_rows("mkl")
+    (path,) = (fresh / "gemm").iterdir()
+    assert json.loads(path.read_text())["rows"] == fake_rows("mkl")
+
+
 @pytest.mark.parametrize("damage", ["truncated", "another machine", "writable by others"])
 def test_a_damaged_foreign_or_untrusted_table_is_measured_again(fresh, monkeypatch, damage):
     monkeypatch.setattr(gemm_choice, "calibrate", lambda dtype: fake_rows("numpy"))

@@ -129,7 +129,6 @@ class NativeForm(NativeSteps):
         templates: list = []        # of the results with arrays made new on every call (`native_results`)
         self._made: list = []       # the arrays made for them on this call
         self._skip = (-1, -1)       # the first and end words of a command whose call ran in Python instead
-        self._left: list = []       # what a step run at once left to run in program order (`in_groups`)
         steady = set(range(len(inputs)))   # slots whose arrays lie where they lay at the probe, or in an input
         for index, st in enumerate(statements):
             found = probe.commands.get(index)

@@ -29,8 +29,7 @@ within the noise of a step's time does not repay."""
 class NativeSteps:
     """The running half of `native.NativeForm`: ``program`` (its words), ``_address`` (theirs),
     ``_run`` (the runner), ``_redo`` (a checked command's word -> (numpy call, operands, end word,
-    error state)), ``_skip``, ``_left`` (what a step run at once left to run in program order: an
-    empty list) and ``_at_once`` are set by the form.
+    error state)), ``_skip`` and ``_at_once`` are set by the form.
 
     >>> from minflux.schedule.native import NativeForm
     >>> issubclass(NativeForm, NativeSteps), NativeForm.in_groups is NativeSteps.in_groups
@@ -67,20 +66,9 @@ class NativeSteps:
     def segment(self, first: int, end: int) -> None:
         """Run the commands from word ``first`` to word ``end``; a command whose floating-point check
         failed is done again by numpy, which raises or warns as its error state says."""
-        program = self.program
-        if first == self._skip[0]:   # its call ran in Python (`_refreshed`)
-            first, self._skip = self._skip[1], (-1, -1)
-            if first >= end:
-                return
-        while True:
-            self._run(first, end, 0, 0, 0, self._address)
-            stopped = int(program[0])
-            if stopped < 0:
-                return
-            program[0] = -1
-            first = self._redone(stopped)
-            if first >= end:
-                return
+        left = self._in_turn([(first, end)])
+        while left:
+            left = self._in_turn([(self._redone(left[0][0]), end)])
 
     def _redone(self, stopped: int) -> int:
         """Do the command whose check stopped the walk at word ``stopped`` again by numpy; the word after it."""
@@ -104,8 +92,7 @@ class NativeSteps:
                 left = self._in_turn([step])
             else:
                 free = 1 if self._in_turn_only else min(threads_now(), len(step))
-                choice.run(free, lambda threads, step=step: self._step(step, threads))
-                left, self._left = self._left, []
+                left = choice.run(free, lambda threads, step=step: self._step(step, threads))
             if left:
                 self._in_order(left, steps[at + 1:])
                 return
@@ -135,18 +122,18 @@ class NativeSteps:
             if first < end:
                 self.segment(first, end)
 
-    def _step(self, step: tuple, threads: int) -> None:
-        """The ranges of ``step`` at once, or in turn on one thread; where a check stopped one, what is left
+    def _step(self, step: tuple, threads: int) -> list:
+        """Run the ranges of ``step`` at once, or in turn on one thread; where a check stopped one, what
         is left (`_in_turn`): a group's products and a product's shares to run again, not the commands
         beside a product, which have no check and ran once."""
         if threads < 2:
-            self._left = self._in_turn(_joined(step))
-            return
+            return self._in_turn(_joined(step))
         run_rows(self._run_ranges, 0, len(step), threads, (step,))
-        if self.program[0] >= 0:
-            self.program[0] = -1
-            self._left = [(first, end, False) for first, end in
-                          _joined([words for words in step if words.__class__ is not native_groups.Beside])]
+        if self.program[0] < 0:
+            return []
+        self.program[0] = -1
+        return [(first, end, False) for first, end in
+                _joined([words for words in step if words.__class__ is not native_groups.Beside])]
 
     def _run_ranges(self, r0: int, r1: int, ranges: tuple) -> None:
         for first, end in ranges[r0:r1]:

@@ -132,7 +132,7 @@ def cut_products_with(monkeypatch, slow: str) -> dict:
         ran["native"].append(threads)
         if (threads > 1) == (slow == "split"):
             time.sleep(0.02)
-        real_step(self, step, threads)
+        return real_step(self, step, threads)
 
     monkeypatch.setattr(native.NativeForm, "_step", step)
     return ran

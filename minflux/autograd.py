@@ -6,7 +6,6 @@ Nodes are appended in execution order, so walking the list backwards is a topolo
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
 from typing import Any, Callable, Sequence
@@ -99,8 +98,7 @@ def active_tape() -> Tape | None:
     return stack[-1] if stack else None
 
 
-@contextlib.contextmanager
-def recording(tape: Tape | None):
+class recording:
     """A context in which ``tape`` records (None: nothing records), e.g. to compute a deferred value
     on the tape it was made on.
 
@@ -108,12 +106,18 @@ def recording(tape: Tape | None):
     ...     active_tape() is None
     True
     """
-    stack = _stack()
-    stack.append(tape)
-    try:
-        yield
-    finally:
-        stack.pop()
+
+    __slots__ = ("tape", "stack")
+
+    def __init__(self, tape: Tape | None):
+        self.tape = tape
+
+    def __enter__(self) -> None:
+        self.stack = _stack()
+        self.stack.append(self.tape)
+
+    def __exit__(self, *exc) -> None:
+        self.stack.pop()
 
 
 def no_grad():
@@ -279,9 +283,13 @@ def is_seed_broadcast(g) -> bool:
 
 
 def _backward(tape: Tape, loss: Tensor) -> dict[int, Any]:
-    xp = get_array_module(loss.value)
+    value = loss.value
+    if value.__class__ is np.ndarray or isinstance(value, np.generic):   # ones_like's wrapper costs more
+        seed = np.ones(value.shape, value.dtype)
+    else:
+        seed = get_array_module(value).ones_like(value)
     grads = _Gradients()
-    seed = grads.by_slot[loss._slot] = xp.ones_like(loss.value)
+    grads.by_slot[loss._slot] = seed
     outer_seed, _local.seed = getattr(_local, "seed", None), seed
     try:
         _run_nodes(tape.nodes, grads)

@@ -116,6 +116,8 @@ def prepare(values, name: str, float_dtype=None):
     >>> prepare([np.ones((2, 1), np.float32), 3], "f")[::3]
     (('f', 'i'), (2, 1))
     """
+    if float_dtype is None and values and _all_float_arrays_of_one_dtype(values):   # the common call, at once
+        return ("f",) * len(values), values[0].dtype, list(values), _broadcast_shape(values, name)
     xp = get_array_module(*values, op=f"elementwise function {name}")
     kd = [_kind_and_dtype(v, i, name) for i, v in enumerate(values)]
     kinds = tuple(k for k, _ in kd)
@@ -134,9 +136,22 @@ def converted(values, kinds: tuple, float_dtype, xp, name: str) -> tuple[list, t
     ([array(1), array([1., 1.])], (2,))
     """
     arrays = [convert(v, k, float_dtype, xp) for v, k in zip(values, kinds)]
+    return arrays, _broadcast_shape(arrays, name)
+
+
+_FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _all_float_arrays_of_one_dtype(values) -> bool:
+    if values[0].__class__ is not np.ndarray:
+        return False
+    dtype = values[0].dtype
+    return dtype in _FLOAT_DTYPES and all(v.__class__ is np.ndarray and v.dtype == dtype for v in values)
+
+
+def _broadcast_shape(arrays, name: str) -> tuple:
     try:
-        shape = broadcast_shape(tuple([a.shape for a in arrays]))
+        return broadcast_shape(tuple([a.shape for a in arrays]))
     except ValueError:
         shapes = ", ".join(str(tuple(a.shape)) for a in arrays)
         raise ValueError(f"elementwise function {name}: cannot broadcast argument shapes {shapes}") from None
-    return arrays, shape

@@ -168,13 +168,13 @@ class CompiledFunction:
 
     def numba_launcher(self, dual: DualFunction, arrays: list, float_dtype, shape: tuple):
         """The numba `Launcher` of ``dual`` for arrays laid out as ``arrays`` are (memoised)."""
-        from . import llvm_backend, numba_backend  # LLVM and numba load on the first kernel, not with minflux
-
         layout = plan(arrays, shape)
         compiler = settings.get("kernel_compiler"), settings.get("numba_branches")
         key = (id(dual), float_dtype, layout, shape, compiler)
         hit = self.launchers.get(key)
         if hit is None or hit[0] is not dual:
+            from . import llvm_backend, numba_backend  # LLVM and numba load on the first kernel, not with minflux
+
             kernel_key = ("cpu", id(dual), float_dtype, layout.patterns, compiler)
             built = self.kernels.get(kernel_key)
             if built is None or built[0] is not dual:

@@ -29,7 +29,8 @@ def sum(x, axis=None, keepdims: bool = False):
     array([2., 2., 2.])
     """
     v, xp, shape, axes = _reduction_setup(x, axis, "mf.sum")
-    out = xp.sum(v, axis=axes, keepdims=keepdims)
+    # the method: numpy's function adds a wrapper's cost to every reduction; a traced array records it
+    out = v.sum(axis=axes, keepdims=keepdims) if v.__class__ is np.ndarray else xp.sum(v, axis=axes, keepdims=keepdims)
     kept = keepdims_shape(shape, axes)
 
     def vjp(g, needs):

@@ -296,6 +296,8 @@ def broadcast_outputs(name: str, args: Sequence[Any], outputs: Sequence[Any], pa
     >>> mf.gradient(lambda x: mf.sum(two(x)[0]) + mf.sum(two(x)[1]), np.ones(2))[0]
     array([2., 2.])
     """
+    if len(outputs) == 1:   # tracked where it has a partial
+        return [broadcast_node(name, args, outputs, partials, fresh=fresh) if partials else Tensor(outputs[0])]
     tracked = sorted({m for m, _ in partials})
     result = [Tensor(o) for o in outputs]
     if not tracked:

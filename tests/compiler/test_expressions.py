@@ -166,7 +166,7 @@ def test_arguments_are_classified_once_when_they_are_made(classifications, rng):
     assert calls == {"classify": 2}
     np.testing.assert_allclose(outs[0], x * y + np.exp(x), rtol=1e-14)
     np.testing.assert_allclose(partials_of(dual, outs)[(0, 0)], y + np.exp(x), rtol=1e-14)
-    prepare([x, y], "again")
+    prepare([x, 2.0], "again")   # a number among the arrays: prepare classifies each value
     assert calls == {"classify": 4}          # the counter sees prepare's classifications too
 
 

@@ -163,9 +163,6 @@ class CompiledFunction:
                 dual, n_outputs=dual.n_outputs - 1))
         return hit[1], outs
 
-    def _run_numba(self, dual: DualFunction, arrays: list, float_dtype, shape: tuple) -> list:
-        return self.numba_launcher(dual, arrays, float_dtype, shape)(arrays)
-
     def numba_launcher(self, dual: DualFunction, arrays: list, float_dtype, shape: tuple):
         """The numba `Launcher` of ``dual`` for arrays laid out as ``arrays`` are (memoised)."""
         layout = plan(arrays, shape)
@@ -216,7 +213,7 @@ def launch_kernel(cf: CompiledFunction, dual: DualFunction, arrays: list, float_
     elif get_elementwise_backend() == "numpy":
         outs = _run_numpy(dual, arrays, float_dtype, shape, xp)
     else:
-        outs = cf._run_numba(dual, arrays, float_dtype, shape)
+        outs = cf.numba_launcher(dual, arrays, float_dtype, shape)(arrays)
     return cf.check_loops(outs, dual.n_outputs) if cf.parsed.loop_sites else outs
 
 

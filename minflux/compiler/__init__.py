@@ -21,7 +21,7 @@ from the modules inside it.
 from .compiled_function import (KERNEL_MODES, BoundLaunch, CompiledFunction, bound_launch, compiled,
                                 get_elementwise_backend, launch_kernel, prepare, primal, set_elementwise_backend)
 from .dependence import differentiable_dependence
-from .dtypes import kind_dtype
+from .dtypes import FLOAT_DTYPES, kind_dtype
 from .errors import CompileError
 from .expressions import Expression, ExpressionFunction, FunctionBuilder, argument, constant
 from .ir import If, Loop, result_kind, walk
@@ -32,7 +32,8 @@ from .rules import TABLE, ArrayMath, Primitive, define
 from .scalar_rule import ScalarRule, rule_of
 from .source import global_names
 
-__all__ = ["KERNEL_MODES", "TABLE", "ArrayMath", "ArrayOps", "BoundLaunch", "CompileError", "CompiledFunction",
+__all__ = ["FLOAT_DTYPES", "KERNEL_MODES", "TABLE", "ArrayMath", "ArrayOps", "BoundLaunch", "CompileError",
+           "CompiledFunction",
            "Expression", "ExpressionFunction", "FunctionBuilder", "If", "Loop", "LoopLimitError", "Primitive",
            "ScalarRule", "argument", "bound_launch", "compiled", "constant", "define", "differentiable_dependence",
            "evaluate", "get_elementwise_backend", "get_max_loop_iterations", "global_names", "kind_dtype",

@@ -20,7 +20,7 @@ import functools
 import numpy as np
 
 from ..backend import get_array_module
-from .dtypes import kind_dtype
+from .dtypes import FLOAT_DTYPES, kind_dtype
 
 __all__ = ["broadcast_shape", "classify", "convert", "converted", "float_dtype_of", "prepare"]
 
@@ -139,14 +139,11 @@ def converted(values, kinds: tuple, float_dtype, xp, name: str) -> tuple[list, t
     return arrays, _broadcast_shape(arrays, name)
 
 
-_FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
 def _all_float_arrays_of_one_dtype(values) -> bool:
     if values[0].__class__ is not np.ndarray:
         return False
     dtype = values[0].dtype
-    return dtype in _FLOAT_DTYPES and all(v.__class__ is np.ndarray and v.dtype == dtype for v in values)
+    return dtype in FLOAT_DTYPES and all(v.__class__ is np.ndarray and v.dtype == dtype for v in values)
 
 
 def _broadcast_shape(arrays, name: str) -> tuple:

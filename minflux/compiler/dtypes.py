@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+"""The float types a kernel computes in."""
+
 
 def kind_dtype(kind: str, float_dtype) -> np.dtype:
     """The array dtype that holds values of IR ``kind`` (``"b"``, ``"i"``, ``"f"``) in a kernel whose

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..autograd import bind, recording
 from ..backend import is_cupy_array
-from ..compiler import TABLE, Expression, FunctionBuilder, argument, result_kind, rule_of
+from ..compiler import FLOAT_DTYPES, TABLE, Expression, FunctionBuilder, argument, result_kind, rule_of
 from ..runtime import settings
 from ..tensor import Tensor
 from .eager import apply_primitive_now
@@ -60,7 +60,6 @@ _stats: Counter = Counter()
 _seen: Counter = Counter()
 _SEEN_LIMIT = 4096
 _changes = [0]   # sightings that ran op by op for want of a kernel: a later sighting fuses instead
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def set_fusion(enabled: bool | None = None, compile_after: int | None = None,
@@ -173,14 +172,14 @@ def _term(a, tape):
         term = argument(value, wrt, source=a)
     except TypeError:
         return None
-    return None if term.kind == "f" and term.dtype not in _FLOATS else term
+    return None if term.kind == "f" and term.dtype not in FLOAT_DTYPES else term
 
 
 def _number_kind(a) -> str:
     return "b" if isinstance(a, (bool, np.bool_)) else "i" if isinstance(a, (int, np.integer)) else "f"
 
 
-_KERNEL_DTYPES = {"f": _FLOATS, "i": (np.dtype(np.int64),), "b": (np.dtype(bool),)}
+_KERNEL_DTYPES = {"f": FLOAT_DTYPES, "i": (np.dtype(np.int64),), "b": (np.dtype(bool),)}
 
 
 @functools.lru_cache(maxsize=1024)

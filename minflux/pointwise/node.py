@@ -208,7 +208,6 @@ def _one_term_each(n: int) -> tuple:
     return tuple(((0, j),) for j in range(n))
 
 
-_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _NUMBERS = (int, float)
 
 

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..compiler import row_stride
+from ..compiler import FLOAT_DTYPES, row_stride
 from ..runtime.kernel_loader import load_ir_kernel
 from ..runtime.native_runner import MAX_KERNEL_ARGUMENTS, function_address, kernel_words
 from ..runtime.pointers import pointers
@@ -66,7 +66,7 @@ def walk(grads: list, partials: list, written: list, rows: bool = True) -> Walk 
     Walk(rows=4, inner=3, total=12, strides=(6, 1, 3), steps=(1, 0, 1))
     """
     first = grads[0]
-    if first.__class__ is not np.ndarray or first.dtype not in _DTYPES:
+    if first.__class__ is not np.ndarray or first.dtype not in FLOAT_DTYPES:
         return None
     shape, dtype = first.shape, first.dtype
     arrays = [*grads, *partials, *written]
@@ -171,7 +171,6 @@ def kernel_ir(structure: tuple, n_grads: int, n_partials: int, float_type: str, 
 
 
 _TAG = {"float": "f32", "double": "f64"}
-_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _kernels: dict = {}
 _lock = threading.Lock()
 _splitting: dict = {}   # (kernel, elements, rows) -> whether its rows gain from running split (`SplitChoice`)
